@@ -1,0 +1,108 @@
+"""The workloads psbench can train, by name.
+
+A workload gives the launcher its default hyper-parameters and gives each rank
+its model and data: the training shard of one worker (an endless, seeded
+stream of batches) and the test set the evaluator scores. Add a workload by
+adding a :class:`Workload` to ``WORKLOADS``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    description: str
+    lr: float
+    batch_size: int
+    needs_data: bool
+    build_model: Callable  # (cfg) -> torch.nn.Module
+    load_train: Callable   # (cfg) -> (inputs ndarray, labels ndarray)
+    load_test: Callable    # (cfg) -> (inputs ndarray, labels ndarray)
+    to_inputs: Callable    # ndarray batch -> torch tensor
+
+
+def _fmnist_model(cfg):
+    from .models import FashionCNN
+
+    return FashionCNN()
+
+
+def _fmnist_train(cfg):
+    from . import fmnist
+
+    return fmnist.load(cfg.data_dir, "train")
+
+
+def _fmnist_test(cfg):
+    from . import fmnist
+
+    return fmnist.load(cfg.data_dir, "test")
+
+
+def _fmnist_inputs(batch):
+    from .fmnist import to_tensor_batch
+
+    return to_tensor_batch(batch)
+
+
+SYNTH_FEATURES, SYNTH_CLASSES = 64, 10
+
+
+def _synthetic_set(cfg, n: int, salt: int):
+    """Gaussian inputs labelled by a fixed random linear teacher: learnable, no files."""
+    teacher = np.random.default_rng(1234).standard_normal((SYNTH_FEATURES, SYNTH_CLASSES)).astype(np.float32)
+    x = np.random.default_rng(1000 + salt).standard_normal((n, SYNTH_FEATURES)).astype(np.float32)
+    return x, (x @ teacher).argmax(axis=1).astype(np.int64)
+
+
+def _synthetic_model(cfg):
+    from .models import SyntheticMLP
+
+    return SyntheticMLP(cfg.model_params, SYNTH_FEATURES, SYNTH_CLASSES)
+
+
+def _synthetic_inputs(batch):
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(batch))
+
+
+WORKLOADS: dict[str, Workload] = {
+    "fmnist-cnn": Workload(
+        "fmnist-cnn", "the study's Fashion-MNIST CNN (813k parameters), plain SGD 0.01, batch 32",
+        lr=0.01, batch_size=32, needs_data=True,
+        build_model=_fmnist_model, load_train=_fmnist_train, load_test=_fmnist_test, to_inputs=_fmnist_inputs,
+    ),
+    "synthetic": Workload(
+        "synthetic", "MLP of --model-params parameters on random, teacher-labelled data (no files needed)",
+        lr=0.05, batch_size=32, needs_data=False,
+        build_model=_synthetic_model,
+        load_train=lambda cfg: _synthetic_set(cfg, 20000, 1),
+        load_test=lambda cfg: _synthetic_set(cfg, 2000, 2),
+        to_inputs=_synthetic_inputs,
+    ),
+}
+
+
+def get(name: str) -> Workload:
+    return WORKLOADS[name]
+
+
+def shard_batches(n: int, shard: int, shards: int, batch_size: int, seed: int) -> Iterator[np.ndarray]:
+    """Endless index batches over this worker's shard, reshuffled each epoch, seeded.
+
+    The data set is split into ``shards`` disjoint strided shards; the shuffle of
+    epoch e depends only on (seed, shard, e), so a run is reproducible.
+    """
+    indices = np.arange(shard, n, shards)
+    epoch = 0
+    while True:
+        order = np.random.default_rng([seed, shard, epoch]).permutation(indices)
+        for start in range(0, len(order) - batch_size + 1, batch_size):
+            yield order[start:start + batch_size]
+        epoch += 1

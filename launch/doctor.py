@@ -1,0 +1,69 @@
+"""``psbench doctor``: is this machine ready to run psbench? Prints what it
+finds; exit 1 with the reasons when something required is missing."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from .mpirun import find_mpirun, mpirun_env
+
+
+def check(data_dir: str | None = None) -> int:
+    problems: list[str] = []
+    rows: list[tuple[str, str]] = [("python", sys.version.split()[0])]
+    try:
+        import torch
+
+        rows.append(("torch", f"{torch.__version__} (CUDA {'yes, ' + str(torch.cuda.device_count()) + ' devices' if torch.cuda.is_available() else 'no'})"))
+    except ImportError:
+        problems.append("torch is not installed: run make setup")
+    try:
+        import mpi4py
+        from mpi4py import MPI
+
+        rows.append(("mpi4py", mpi4py.__version__))
+        rows.append(("MPI library", MPI.Get_library_version().splitlines()[0].strip()))
+    except ImportError:
+        problems.append("mpi4py is not installed: run make setup")
+    mpirun = find_mpirun()
+    rows.append(("mpirun", mpirun or "not found"))
+    ulfm = ulfm_available(mpirun)
+    rows.append(("ULFM (fault tolerance)", "yes" if ulfm else "no"))
+    if not mpirun:
+        problems.append("mpirun not found: run make setup (Open MPI 5 from PyPI)")
+    elif not ulfm:
+        problems.append("this MPI has no ULFM: the recovery modes need Open MPI 5 built with --with-ft=ulfm")
+    try:
+        import horovod.torch as hvd
+
+        rows.append(("horovod", f"{hvd.__version__ if hasattr(hvd, '__version__') else 'yes'} "
+                                f"(MPI {'yes' if hvd.mpi_built() else 'no'}, NCCL {'yes' if hvd.nccl_built() else 'no'})"))
+        if not hvd.mpi_built():
+            problems.append("Horovod was built without MPI: rebuild it with make setup")
+    except ImportError as exc:
+        rows.append(("horovod", f"not importable ({exc})"))
+        problems.append("Horovod is not importable: run make setup (or use --allreduce mpi)")
+    from benchmarks import fmnist
+
+    try:
+        rows.append(("Fashion-MNIST", str(fmnist.validate(data_dir))))
+    except fmnist.DataError as exc:
+        rows.append(("Fashion-MNIST", "not found (the synthetic benchmark still works)"))
+        problems.append(str(exc))
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+    for p in problems:
+        print(f"problem: {p}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def ulfm_available(mpirun: str | None) -> bool:
+    if not mpirun:
+        return False
+    info = str(mpirun).replace("mpirun", "ompi_info")
+    try:
+        out = subprocess.run([info], capture_output=True, text=True, timeout=30, env=mpirun_env()).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return any("FT MPI support: yes" in line for line in out.splitlines())

@@ -1,0 +1,65 @@
+"""``report.md`` of a single run: what ran, what happened, the figures, and an
+accuracy-over-time plot with the kills marked. Tables are pandas + tabulate."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from psmodes.atomic import write_text_atomic
+
+
+def plot_timeline(summary: dict, path: Path) -> Path | None:
+    if not summary["accuracy_timeline"]:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t, _, acc = zip(*summary["accuracy_timeline"])
+    fig, ax = plt.subplots(figsize=(6, 3.2), dpi=110)
+    ax.plot(t, acc, marker=".", label=summary["mode"])
+    for k in summary["kills"]:
+        ax.axvline(k["t_s"], color="red", linestyle="--", linewidth=1)
+    ax.set_xlabel("seconds since training started")
+    ax.set_ylabel("test accuracy")
+    ax.set_title(f"{summary['benchmark']}, mode {summary['mode']}, seed {summary['seed']} (red: PS kills)")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def write_run_report(run_dir: str | Path) -> Path:
+    run_dir = Path(run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    config = json.loads((run_dir / "config.json").read_text())
+    command = (run_dir / "command.txt").read_text().strip() if (run_dir / "command.txt").exists() else ""
+    plot = plot_timeline(summary, run_dir / "accuracy.png")
+    status = "completed" if summary["completed"] else f"**INCOMPLETE**: {summary['exit_reason']}"
+    figures = {
+        "status": status,
+        "final accuracy": summary["final_accuracy"],
+        "PS steps": summary["steps"],
+        "samples/s": summary["samples_per_s"],
+        "training seconds": summary["train_s"],
+        "kills": len(summary["kills"]),
+    }
+    lines = [f"# psbench run: {summary['benchmark']}, mode {summary['mode']}", "",
+             pd.DataFrame(list(figures.items()), columns=["figure", "value"]).to_markdown(index=False), ""]
+    if plot:
+        lines += [f"![accuracy over time]({plot.name})", ""]
+    for title, rows in (("Kills", summary["kills"]), ("Detections", summary["detections"]),
+                        ("Recoveries", summary["recoveries"])):
+        if rows:
+            lines += [f"## {title}", "", pd.DataFrame(rows).to_markdown(index=False), ""]
+    if summary.get("failures"):
+        lines += ["## Failures recorded", "", pd.DataFrame(summary["failures"]).to_markdown(index=False), ""]
+    lines += ["## Configuration", "", pd.DataFrame(sorted(config.items()), columns=["key", "value"])
+              .astype(str).to_markdown(index=False), "", "## Command", "", "```", command, "```", ""]
+    path = run_dir / "report.md"
+    write_text_atomic(path, "\n".join(lines))
+    return path

@@ -1,0 +1,112 @@
+"""``summary.json``: the figures of one run, computed from its event streams.
+
+The contract (later tools and the reports read it): ``benchmark``, ``mode``,
+``workers``, ``seed``, ``completed``, ``exit_reason``, ``final_accuracy``,
+``accuracy_timeline`` (``[t_seconds, ps_step, accuracy]``), ``samples_per_s``
+(training throughput; evaluation runs on its own rank and is excluded),
+``steps``, ``kills`` (``t_s``, ``pid``, ``host``, ``role``), ``detections``
+(``latency_s``, ``rank``), ``recoveries`` (``mode``, ``recovery_s``,
+``lost_steps``, ``idle_s``, ``buffered_updates``), plus a few extras.
+Times are seconds since training started (the PS's first contact).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from psmodes.atomic import write_text_atomic
+from psmodes.config import RunConfig
+from psmodes.events import read_run_events
+
+SUMMARY_VERSION = 1
+
+
+def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float | None = None) -> dict:
+    run_dir = Path(run_dir)
+    cfg = RunConfig.load(run_dir / "config.json")
+    events = read_run_events(run_dir)
+    by = lambda kind: [e for e in events if e["ev"] == kind]  # noqa: E731
+    starts = by("train_start")
+    t0 = starts[0]["t0_ms"] / 1000.0 if starts else (events[0]["t"] if events else 0.0)
+    rel = lambda t: round(t - t0, 3)  # noqa: E731
+
+    evals = by("eval")
+    timeline = [[round(e["t_snapshot"] - t0, 3), e["ps_step"], e["accuracy"]] for e in evals]
+    finals = [e for e in evals if e.get("final")]
+    steps = [e for e in events if e["ev"] == "step" and e["who"] == "worker0"]
+    applied = [e for e in steps if e.get("applied")]
+    if steps:
+        span = steps[-1]["t"] - t0
+        samples = sum(e.get("samples", 0) for e in steps)
+        samples_per_s = samples / span if span > 0 else None
+    else:
+        samples_per_s = None
+
+    kills = [{"t_s": rel(e["t_kill"]), "pid": e["pid"], "host": e["host"], "role": e["role"], "at": e["at"],
+              "rank": e.get("rank"), "generation": e.get("generation")} for e in by("kill")]
+    kill_times = [e["t_kill"] for e in by("kill")]
+    detections, recoveries = [], []
+    detects = by("detect")
+    recovered = by("recovered")
+    used: set[int] = set()
+    for i, tk in enumerate(kill_times):
+        t_next = kill_times[i + 1] if i + 1 < len(kill_times) else float("inf")
+        seen = [d for d in detects if tk <= d.get("t_detect", d["t"]) < t_next]
+        if seen:
+            first = min(seen, key=lambda d: d.get("t_detect", d["t"]))
+            detections.append({"kill": i, "latency_s": round(first.get("t_detect", first["t"]) - tk, 3),
+                               "rank": first.get("rank"), "who": first["who"], "via": first.get("via")})
+        for j, r in enumerate(recovered):
+            if j not in used and r["t"] >= tk:
+                used.add(j)
+                recoveries.append({"kill": i, "mode": r["mode"], "recovery_s": round(r["t"] - tk, 3),
+                                   "lost_steps": r["lost_steps"], "idle_s": round(r["idle_s"], 3),
+                                   "buffered_updates": r["buffered_updates"],
+                                   "dropped_updates": r.get("dropped_updates", 0)})
+                break
+
+    failed = by("failed")
+    done = [e for e in by("done") if e["who"].startswith("ps") or e["who"] == "ps"]
+    completed = bool(done) and (bool(finals) or not cfg.evaluator) and not any(
+        e for e in failed if not e["who"].startswith("ps"))
+    if exit_reason is None:
+        exit_reason = "completed" if completed else (failed[0]["reason"] if failed else "incomplete")
+    elif completed and exit_reason != "completed":
+        exit_reason = f"completed ({exit_reason})"
+    checkpoints = by("checkpoint")
+    replays = by("replayed")
+    handovers = by("handover")
+    return {
+        "summary_version": SUMMARY_VERSION,
+        "benchmark": cfg.benchmark,
+        "mode": cfg.mode,
+        "consistency": cfg.consistency,
+        "workers": cfg.workers,
+        "seed": cfg.seed,
+        "replay": cfg.replay if cfg.mode == "stateless" else None,
+        "completed": completed,
+        "exit_reason": exit_reason,
+        "final_accuracy": finals[-1]["accuracy"] if finals else None,
+        "accuracy_timeline": timeline,
+        "samples_per_s": round(samples_per_s, 2) if samples_per_s else None,
+        "steps": applied[-1]["version"] if applied else 0,
+        "worker_steps": len(steps),
+        "train_s": round(steps[-1]["t"] - t0, 3) if steps else None,
+        "wall_s": round(wall_s, 3) if wall_s else None,
+        "kills": kills,
+        "kills_not_reached": [e["at"] for e in by("kill_not_reached")],
+        "detections": detections,
+        "recoveries": recoveries,
+        "checkpoints": {"count": len(checkpoints),
+                        "mean_write_s": round(sum(c["write_s"] for c in checkpoints) / len(checkpoints), 4)
+                        if checkpoints else None},
+        "buffered_sent": sum(h["buffered"] for h in handovers),
+        "buffered_applied": sum(r["applied"] for r in replays),
+        "failures": [{"who": e["who"], "reason": e["reason"]} for e in failed],
+    }
+
+
+def write_summary(run_dir: str | Path, summary: dict) -> Path:
+    path = Path(run_dir) / "summary.json"
+    write_text_atomic(path, json.dumps(summary, indent=2) + "\n")
+    return path

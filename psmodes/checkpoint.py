@@ -1,0 +1,120 @@
+"""PS checkpoints on disk: atomic writes off the critical path, safe loads.
+
+A checkpoint is ``checkpoints/ckpt-<version>.pt`` holding a dict of tensors
+and ints only (weights, momentum buffer, version, run seed). It is written to a
+temporary file, fsynced and renamed (:mod:`psmodes.atomic`), so a PS killed
+mid-write leaves the previous checkpoint intact. Loading uses
+``torch.load(weights_only=True)`` and checks the keys and sizes; a damaged or
+foreign file is skipped in favour of an older one, or refused with one line.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+from .atomic import write_atomic
+
+KEEP = 3
+FORMAT = 1
+
+
+class CheckpointError(ValueError):
+    pass
+
+
+def path_for(folder: Path, version: int) -> Path:
+    return Path(folder) / f"ckpt-{version:010d}.pt"
+
+
+def save(folder: Path, state: dict) -> Path:
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = path_for(folder, int(state["version"]))
+    write_atomic(path, lambda fh: torch.save(state, fh))
+    for old in sorted(folder.glob("ckpt-*.pt"))[:-KEEP]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def load(path: Path, numel: int | None = None) -> dict:
+    """One checkpoint, validated; CheckpointError (one line) if it is not ours or damaged."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many types for foreign/truncated files
+        raise CheckpointError(f"{path}: not a loadable psbench checkpoint ({type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0][:120] if str(exc) else 'no detail'})") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a psbench checkpoint (format key missing or unknown)")
+    for key, kind in (("weights", torch.Tensor), ("momentum", torch.Tensor), ("version", int)):
+        if not isinstance(state.get(key), kind):
+            raise CheckpointError(f"{path}: checkpoint lacks a valid {key!r}")
+    if numel is not None and state["weights"].numel() != numel:
+        raise CheckpointError(f"{path}: checkpoint has {state['weights'].numel()} weights, the model {numel}")
+    if state["momentum"].numel() not in (0, state["weights"].numel()):
+        raise CheckpointError(f"{path}: momentum buffer size does not match the weights")
+    return state
+
+
+def newest(folder: Path, numel: int | None = None) -> tuple[dict | None, list[str]]:
+    """The newest checkpoint that loads, and the reasons older/newer ones were skipped."""
+    skipped: list[str] = []
+    for path in sorted(Path(folder).glob("ckpt-*.pt"), reverse=True):
+        try:
+            return load(path, numel), skipped
+        except CheckpointError as exc:
+            skipped.append(str(exc))
+    return None, skipped
+
+
+def make_state(weights: torch.Tensor, momentum: torch.Tensor | None, version: int, seed: int) -> dict:
+    return {
+        "format": FORMAT,
+        "weights": weights.detach().clone(),
+        "momentum": momentum.detach().clone() if momentum is not None else torch.zeros(0),
+        "version": int(version),
+        "seed": int(seed),
+        "time": time.time(),
+    }
+
+
+class BackgroundWriter:
+    """Writes snapshots on a thread so the PS loop only pays for the copy.
+
+    One snapshot at a time: :meth:`submit` waits for the previous write to end
+    (so checkpoints never pile up in memory) and returns the seconds it waited."""
+
+    def __init__(self, folder: Path, on_written) -> None:
+        self.folder = Path(folder)
+        self.on_written = on_written
+        self._queue: queue.Queue = queue.Queue(maxsize=1)
+        self._idle = threading.Event()
+        self._idle.set()
+        self._thread = threading.Thread(target=self._run, name="checkpoint-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, state: dict) -> float:
+        t0 = time.monotonic()
+        self._idle.wait()
+        waited = time.monotonic() - t0
+        self._idle.clear()
+        self._queue.put(state)
+        return waited
+
+    def _run(self) -> None:
+        while True:
+            state = self._queue.get()
+            if state is None:
+                return
+            t0 = time.monotonic()
+            path = save(self.folder, state)
+            self.on_written(state["version"], path, time.monotonic() - t0)
+            self._idle.set()
+
+    def close(self, timeout: float = 60.0) -> None:
+        self._idle.wait(timeout)
+        self._queue.put(None)
+        self._thread.join(timeout)

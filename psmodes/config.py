@@ -1,0 +1,166 @@
+"""The one configuration object of a run: parsed, validated and resolved once by
+the launcher, written to ``<run_dir>/config.json`` and read back by every rank.
+
+Validation happens here, before any process starts, and raises
+:class:`ConfigError` whose message is a single line telling the user what to
+fix; the CLI turns it into exit status 2.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+FORMAT_VERSION = 1
+MODES = ("none", "checkpoint", "chain", "stateless")
+REPLAY_POLICIES = ("paper", "mean", "sequential", "staleness", "local")
+CONSISTENCY = ("sync",)
+
+
+class ConfigError(ValueError):
+    """Bad user input; the message is one line that says what to fix."""
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|min|h)?\s*$")
+_UNITS = {None: 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str | float | int, what: str = "duration") -> float:
+    """'90', '90s', '1.5m', '250ms', '1h' -> seconds (> 0)."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value = float(text)
+    else:
+        m = _DURATION.match(str(text))
+        if not m:
+            raise ConfigError(f"{what} {text!r} is not a duration; write e.g. 60s, 1.5m, 250ms or 1h")
+        value = float(m.group(1)) * _UNITS[m.group(2)]
+    if not value > 0:
+        raise ConfigError(f"{what} must be positive, got {text!r}")
+    return value
+
+
+@dataclass
+class RunConfig:
+    benchmark: str = "fmnist-cnn"
+    mode: str = "none"
+    consistency: str = "sync"
+    workers: int = 2
+    steps: int | None = None
+    duration_s: float | None = None
+    seed: int = 0
+    batch_size: int | None = None   # per worker; None: the workload's default
+    lr: float | None = None         # None: the workload's default
+    momentum: float = 0.0
+    model_params: int = 1_000_000   # synthetic workload only
+    data_dir: str | None = None
+    evaluator: bool = True
+    eval_interval_s: float = 2.0
+    eval_samples: int = 2000        # test images per periodic evaluation; the final one uses all
+    # recovery
+    checkpoint_every: int = 100
+    replicas: int = 1
+    replicate_every: int = 1
+    restart_delay_s: float = 10.0
+    replay: str = "paper"
+    kill_ps: list[str] = field(default_factory=list)
+    kill_replica: list[str] = field(default_factory=list)
+    # safety nets
+    peer_timeout_s: float = 60.0    # longest wait on a live peer before a rank declares the run hung
+    deadline_s: float | None = None  # watchdog on the whole job; None: derived from duration/steps
+    # placement and execution
+    oversubscribe: bool = True
+    threads_per_rank: int | None = None  # None: 1 when ranks outnumber cores, else cores // ranks
+    device: str = "auto"            # auto|cpu|cuda
+    allreduce: str = "horovod"      # horovod|mpi (mpi: plain MPI_Allreduce, for stacks without Horovod)
+    run_dir: str = ""
+    format_version: int = FORMAT_VERSION
+
+    # ---- derived
+    @property
+    def n_ranks(self) -> int:
+        return 1 + self.n_replicas + (1 if self.evaluator else 0) + self.workers
+
+    @property
+    def n_replicas(self) -> int:
+        return self.replicas if self.mode == "chain" else 0
+
+    def resolved_deadline(self) -> float:
+        if self.deadline_s:
+            return self.deadline_s
+        base = self.duration_s if self.duration_s else max(60.0, (self.steps or 0) * 0.2)
+        kills = len(self.kill_ps) + len(self.kill_replica)
+        return base * 2 + 120 + kills * (self.restart_delay_s + 30)
+
+    # ---- validation
+    def validate(self) -> "RunConfig":
+        from benchmarks.registry import WORKLOADS
+
+        if self.benchmark not in WORKLOADS:
+            raise ConfigError(f"unknown benchmark {self.benchmark!r}; choose one of: {', '.join(WORKLOADS)}")
+        if self.mode not in MODES:
+            raise ConfigError(f"unknown mode {self.mode!r}; choose one of: {', '.join(MODES)}")
+        if self.consistency not in CONSISTENCY:
+            raise ConfigError(f"unknown consistency {self.consistency!r}; choose one of: {', '.join(CONSISTENCY)}")
+        if self.replay not in REPLAY_POLICIES:
+            raise ConfigError(f"unknown replay policy {self.replay!r}; choose one of: {', '.join(REPLAY_POLICIES)}")
+        if self.allreduce not in ("horovod", "mpi"):
+            raise ConfigError(f"unknown allreduce {self.allreduce!r}; choose horovod or mpi")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ConfigError(f"unknown device {self.device!r}; choose auto, cpu or cuda")
+        _positive_int(self.workers, "--workers")
+        if self.steps is None and self.duration_s is None:
+            raise ConfigError("say how long to train: --steps N or --duration 60s")
+        if self.steps is not None:
+            _positive_int(self.steps, "--steps")
+        if self.duration_s is not None and not self.duration_s > 0:
+            raise ConfigError("--duration must be positive")
+        if self.batch_size is not None:
+            _positive_int(self.batch_size, "--batch-size")
+        if self.lr is not None and not (self.lr > 0 and self.lr < 1e3):
+            raise ConfigError(f"--lr must be a positive number, got {self.lr}")
+        if not 0 <= self.momentum < 1:
+            raise ConfigError(f"--momentum must be in [0, 1), got {self.momentum}")
+        if self.seed < 0:
+            raise ConfigError(f"--seed must be >= 0, got {self.seed}")
+        _positive_int(self.model_params, "--model-params")
+        _positive_int(self.checkpoint_every, "--checkpoint-every")
+        _positive_int(self.replicate_every, "--replicate-every")
+        _positive_int(self.eval_samples, "--eval-samples")
+        if self.mode == "chain":
+            _positive_int(self.replicas, "--replicas")
+        if self.restart_delay_s < 0:
+            raise ConfigError("--restart-delay must be >= 0")
+        if self.kill_replica and self.mode != "chain":
+            raise ConfigError("--kill-replica needs --mode chain (only chain mode has replicas)")
+        return self
+
+    # ---- persistence
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def save(self, path: Path) -> None:
+        from .atomic import write_text_atomic
+
+        write_text_atomic(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RunConfig":
+        version = data.get("format_version", FORMAT_VERSION)
+        if version > FORMAT_VERSION:
+            raise ConfigError(f"run format version {version} is newer than this psbench ({FORMAT_VERSION}); upgrade psbench")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"unknown config key {unknown[0]!r}")
+        return cls(**data)
+
+    @classmethod
+    def load(cls, path: Path) -> "RunConfig":
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+def _positive_int(value, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")

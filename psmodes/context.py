@@ -1,0 +1,129 @@
+"""What every rank of a run shares: the config, its event log, the membership
+(:class:`~psmodes.cluster.Cluster`), the workload, the torch device, and the
+control channel survivors use to agree on repairs.
+
+Control flow for repairs uses two exceptions: :class:`~psmodes.transport.PeerFailed`
+(a death was detected: revoke, shrink) and :class:`RespawnNow` (the leader
+announced that the missing roles are to be spawned now: everyone calls
+:meth:`Context.respawn`). Waits on peers call :meth:`Context.idle` between
+polls, which is where a pending announcement is noticed.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import torch
+from mpi4py import MPI
+
+from benchmarks.registry import get as get_workload
+
+from . import transport
+from .cluster import Cluster, full_layout
+from .config import RunConfig
+from .events import EventLog
+
+ACTION_NONE, ACTION_SPAWN = 0, 1
+
+
+class RespawnNow(Exception):
+    """The leader announced a respawn; the receiver must join it."""
+
+
+class RunFailed(Exception):
+    """The run cannot go on (e.g. the PS died in mode none); the message says why."""
+
+
+class Context:
+    def __init__(self, cfg: RunConfig, cluster: Cluster, log: EventLog) -> None:
+        self.cfg = cfg
+        self.cluster = cluster
+        self.log = log
+        self.workload = get_workload(cfg.benchmark)
+        self.lr = cfg.lr if cfg.lr is not None else self.workload.lr
+        self.batch_size = cfg.batch_size or self.workload.batch_size
+        self.device = pick_device(cfg)
+        self._action_buf = np.zeros(transport.HEADER_LEN, dtype=np.int64)
+        self._action_req: MPI.Request | None = None
+
+    # ---- timeouts
+    @property
+    def peer_timeout(self) -> float:
+        return self.cfg.peer_timeout_s
+
+    @property
+    def outage_timeout(self) -> float:
+        """Longest wait that may span a PS outage (restart delay + spawn + load)."""
+        return self.cfg.peer_timeout_s + 2 * self.cfg.restart_delay_s
+
+    # ---- repair protocol
+    def after_failure(self, exc: transport.PeerFailed, via: str) -> list:
+        """Revoke, shrink and post the wait for the leader's next announcement."""
+        t_detect = time.time()
+        self.cluster.revoke()
+        dead = self.cluster.shrink()
+        self.log.emit("detect", via=via, error=str(exc), t_detect=t_detect,
+                      dead=[r.label for r in dead], role=self.cluster.me.label, rank=self.cluster.rank)
+        self._post_action()
+        return dead
+
+    def _post_action(self) -> None:
+        if self.cluster.leader is None:
+            raise RunFailed("the leader worker died; the run cannot continue")
+        if self.cluster.rank != self.cluster.leader:
+            self._action_buf[:] = 0
+            self._action_req = self.cluster.world.Ibcast(self._action_buf, root=self.cluster.leader)
+
+    def announce_respawn(self) -> None:
+        """Leader only: tell every survivor to join :meth:`respawn` now."""
+        self._action_buf[:] = 0
+        self._action_buf[0] = ACTION_SPAWN
+        req = self.cluster.world.Ibcast(self._action_buf, root=self.cluster.leader)
+        transport.wait(req, self.peer_timeout, "announce respawn")
+
+    def idle(self) -> None:
+        """Between polls: raise RespawnNow once the leader's announcement arrived."""
+        if self._action_req is not None and transport.test(self._action_req, "wait for repair announcement"):
+            self._action_req = None
+            if self._action_buf[0] == ACTION_SPAWN:
+                raise RespawnNow()
+
+    def wait_announcement(self, timeout: float) -> None:
+        """Non-workers with nothing else to do block here until RespawnNow."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.idle()
+            time.sleep(0.005)
+        raise transport.PeerTimeout(f"no repair announced within {timeout:.0f} s")
+
+    def respawn(self) -> float:
+        missing = self.cluster.missing(full_layout(self.cfg))
+        seconds = self.cluster.respawn(missing, self.cfg.run_dir, full_layout(self.cfg))
+        self._action_req = None
+        self.log.emit("respawned", spawned=[r.label for r in missing], seconds=seconds,
+                      role=self.cluster.me.label, rank=self.cluster.rank, generation=self.cluster.generation)
+        return seconds
+
+
+def pick_device(cfg: RunConfig) -> torch.device:
+    """CUDA device per local rank on GPU nodes, else the CPU."""
+    if cfg.device == "cpu" or (cfg.device == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RunFailed("--device cuda but torch sees no CUDA device")
+    local_rank = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", os.environ.get("SLURM_LOCALID", "0")))
+    return torch.device("cuda", local_rank % torch.cuda.device_count())
+
+
+def set_threads(cfg: RunConfig) -> int:
+    """One torch thread per rank when ranks outnumber cores (oversubscription
+    makes extra threads fight over cores), else an even share of the cores."""
+    if cfg.threads_per_rank:
+        n = cfg.threads_per_rank
+    else:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        local = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", cfg.n_ranks))
+        n = 1 if local >= cores else max(1, cores // local)
+    torch.set_num_threads(n)
+    return n

@@ -1,0 +1,84 @@
+"""The evaluator rank: scores the PS's weight snapshots on the test set.
+
+The PS pushes a snapshot every ``--eval-interval`` seconds when the evaluator
+is free (it never waits for it), so evaluation costs the workers nothing but
+the CPU this rank uses. Periodic evaluations use a fixed, seeded subset of
+``--eval-samples`` test images; the final one uses the whole test set.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from . import transport as tp
+from .context import Context, RespawnNow, RunFailed
+from .flatparams import FlatParams
+
+
+def _model(ctx: Context) -> FlatParams:
+    torch.manual_seed(ctx.cfg.seed)
+    flat = FlatParams(ctx.workload.build_model(ctx.cfg))
+    flat.model.eval()
+    return flat
+
+
+def accuracy(ctx: Context, flat: FlatParams, x: np.ndarray, y: np.ndarray, batch: int = 1000) -> float:
+    correct = 0
+    with torch.no_grad():
+        for start in range(0, len(y), batch):
+            inputs = ctx.workload.to_inputs(x[start:start + batch])
+            pred = flat.model(inputs).argmax(dim=1).numpy()
+            correct += int((pred == y[start:start + batch]).sum())
+    return correct / len(y)
+
+
+def evaluate_full(ctx: Context, weights: torch.Tensor) -> float:
+    flat = _model(ctx)
+    flat.weights.copy_(weights)
+    x, y = ctx.workload.load_test(ctx.cfg)
+    return accuracy(ctx, flat, x, y)
+
+
+class Evaluator:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.flat = _model(ctx)
+        self.x, self.y = ctx.workload.load_test(ctx.cfg)
+        n = min(ctx.cfg.eval_samples, len(self.y))
+        subset = np.random.default_rng(ctx.cfg.seed).permutation(len(self.y))[:n]
+        self.sub_x, self.sub_y = self.x[subset], self.y[subset]
+
+    def run(self) -> None:
+        ctx = self.ctx
+        while True:
+            try:
+                if self._loop():
+                    return
+            except tp.PeerFailed as exc:
+                if ctx.cfg.mode == "none":
+                    raise RunFailed(f"the PS died and mode none has no recovery ({exc})") from None
+                ctx.after_failure(exc, via="evaluator")
+            except RespawnNow:
+                ctx.respawn()
+
+    def _loop(self) -> bool:
+        ctx = self.ctx
+        while True:
+            c = ctx.cluster
+            hdr, _ = tp.recv_header(c.world, c.ps, tp.TAG_EVAL, ctx.outage_timeout + ctx.cfg.eval_interval_s,
+                                    "evaluator waits for a snapshot", on_idle=ctx.idle)
+            tp.recv_payload(c.world, self.flat.weights.numpy(), c.ps, tp.TAG_EVAL, ctx.peer_timeout, "evaluator receives")
+            final = bool(hdr[2])
+            t0 = time.perf_counter()
+            if final:
+                acc = accuracy(ctx, self.flat, self.x, self.y)
+            else:
+                acc = accuracy(ctx, self.flat, self.sub_x, self.sub_y)
+            ctx.log.emit("eval", ps_step=int(hdr[1]), accuracy=acc, final=final, t_snapshot=hdr[3] / 1000.0,
+                         t0_ms=int(hdr[4]), samples=len(self.y) if final else len(self.sub_y),
+                         eval_s=time.perf_counter() - t0)
+            if final:
+                ctx.log.emit("done", completed=True)
+                return True

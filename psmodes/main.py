@@ -1,0 +1,94 @@
+"""Entry point of every rank: ``python -m psmodes.main --run-dir DIR``.
+
+The launcher starts it under ``mpirun --with-ft ulfm``; replacements are
+started by the survivors with ``MPI_Comm_spawn`` and ``--role``/``--generation``.
+It reads the run's ``config.json``, finds its role, and runs it. An unexpected
+exception is written to the rank's event log and then aborts the whole MPI job
+(like ``python -m mpi4py``), so a bug never leaves peers hanging; an expected
+end (:class:`~psmodes.context.RunFailed`, a timeout) is recorded and the rank
+exits non-zero on its own.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="psmodes.main")
+    parser.add_argument("--run-dir", required=True)
+    parser.add_argument("--role", help="kind:index, for a spawned replacement")
+    parser.add_argument("--generation", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    from mpi4py import MPI
+
+    from .cluster import Cluster, full_layout
+    from .config import RunConfig
+    from .context import Context, RunFailed, set_threads
+    from .events import EventLog
+    from .roles import Role
+
+    cfg = RunConfig.load(f"{args.run_dir}/config.json")
+    full = full_layout(cfg)
+    MPI.COMM_WORLD.Set_errhandler(MPI.ERRORS_RETURN)
+    worker_comm = None
+    if args.role:
+        kind, index = args.role.split(":")
+        me = Role(kind, int(index))
+        cluster = Cluster.join_as_spawned(me, full, args.generation)
+        name = f"{me.label}-gen{args.generation}"
+    else:
+        world = MPI.COMM_WORLD
+        if world.Get_size() != len(full):
+            print(f"psmodes: started with {world.Get_size()} ranks, the config needs {len(full)}", file=sys.stderr)
+            return 2
+        me = full[world.Get_rank()]
+        # the workers' communicator is fixed for the run: the other roles are not in it
+        worker_comm = world.Split(1 if me.kind == "worker" else MPI.UNDEFINED, me.index)
+        cluster = Cluster(world.Dup(), list(full), me)
+        name = me.label
+    log = EventLog(cfg.run_dir, name)
+    threads = set_threads(cfg)
+    ctx = Context(cfg, cluster, log)
+    log.emit("start", role=me.label, rank=cluster.rank, size=cluster.world.Get_size(), threads=threads,
+             generation=cluster.generation, device=str(ctx.device), host=MPI.Get_processor_name())
+    try:
+        if me.kind == "ps":
+            from .server import ParameterServer
+
+            ParameterServer(ctx).run()
+        elif me.kind == "replica":
+            from .replica import Replica
+
+            Replica(ctx).run()
+        elif me.kind == "evaluator":
+            from .evaluator import Evaluator
+
+            Evaluator(ctx).run()
+        else:
+            from .worker import Worker
+
+            Worker(ctx, worker_comm).run()
+    except RunFailed as exc:
+        log.emit("failed", reason=str(exc))
+        print(f"psbench[{name}]: {exc}", file=sys.stderr)
+        return 3
+    except Exception as exc:  # noqa: BLE001 - record, then take the job down instead of hanging peers
+        from .transport import PeerTimeout
+
+        log.emit("failed", reason=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
+        print(f"psbench[{name}]: {type(exc).__name__}: {exc}", file=sys.stderr)
+        if not isinstance(exc, PeerTimeout):
+            traceback.print_exc()
+        try:
+            MPI.COMM_WORLD.Abort(4)
+        finally:
+            return 4
+    log.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""A chain replica: receives the head's state from its predecessor, forwards it
+to its successor, and (as the tail) acknowledges strict updates to the head.
+
+It keeps the newest and the previous state, so that if it is promoted to head
+it can report the weights of whichever version the leader last received
+(strict chain replication: the new head's weights are bitwise those the
+workers last saw). Promotion happens in :meth:`Cluster.shrink`; the replica
+then turns into a :class:`~psmodes.server.ParameterServer` with its state.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import transport as tp
+from .context import Context, RespawnNow, RunFailed
+from .server import ParameterServer, build_flat, write_pid_file
+from .sgd import FlatSGD
+
+
+class Replica:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        flat = build_flat(ctx)
+        self.numel = flat.numel
+        self.opt = FlatSGD(flat.weights, ctx.lr, ctx.cfg.momentum)
+        self.incoming = torch.zeros(self.opt.state_numel)
+        self.prev: tuple[int, torch.Tensor] | None = None
+        self.version = -1
+        self.t0_ms = 0
+        write_pid_file(ctx, ctx.cluster.me.label)
+
+    def run(self) -> None:
+        ctx = self.ctx
+        while True:
+            try:
+                if self._follow():
+                    return
+            except tp.PeerFailed as exc:
+                ctx.after_failure(exc, via=ctx.cluster.me.label)
+                if ctx.cluster.me.kind == "ps":
+                    ctx.log.emit("promoted", version=self.version, role="ps")
+                    ParameterServer(ctx, opt=self.opt, prev=self.prev, t0_ms=self.t0_ms, fresh=False).run()
+                    return
+                write_pid_file(ctx, ctx.cluster.me.label)
+            except RespawnNow:
+                ctx.respawn()
+                write_pid_file(ctx, ctx.cluster.me.label)
+
+    def _follow(self) -> bool:
+        """Follow the chain until STOP (True)."""
+        ctx = self.ctx
+        while True:
+            c = ctx.cluster
+            pred = c.rank - 1
+            hdr, _ = tp.recv_header(c.world, pred, tp.TAG_CHAIN, ctx.outage_timeout, "replica waits for state",
+                                    on_idle=ctx.idle)
+            succ = c.rank + 1 if c.rank + 1 < len(c.roles) and c.roles[c.rank + 1].kind == "replica" else None
+            if hdr[0] == tp.STOP:
+                if succ is not None:
+                    tp.send(c.world, hdr, None, succ, tp.TAG_CHAIN, ctx.peer_timeout, "forward stop")
+                ctx.log.emit("done", version=self.version, completed=True)
+                return True
+            if hdr[0] != tp.STATE:
+                raise RunFailed(f"replica got an unexpected message kind {hdr[0]}")
+            tp.recv_payload(c.world, self.incoming.numpy(), pred, tp.TAG_CHAIN, ctx.peer_timeout, "replica receives state")
+            if self.version >= 0:
+                self.prev = (self.version, self.opt.weights.clone())
+            version = int(hdr[1])
+            self.opt.unpack(self.incoming, version)
+            self.version, self.t0_ms = version, int(hdr[4])
+            if succ is not None:
+                tp.send(c.world, hdr, self.incoming.numpy(), succ, tp.TAG_CHAIN, ctx.peer_timeout, "replica forwards")
+            elif hdr[3]:
+                tp.send(c.world, tp.header(tp.ACK, version), None, 0, tp.TAG_ACK, ctx.peer_timeout, "tail acknowledges")

@@ -1,0 +1,43 @@
+"""Which rank plays which role: a pure function of the run's shape.
+
+Canonical order of ranks: ``[ps, replica 1..R, evaluator?, worker 0..W-1]``.
+Rank 0 is the PS (the chain's head in ``chain`` mode), ranks 1..R the chain's
+replicas in chain order, then the optional evaluator, then the workers; the
+first worker is the *leader*, the only one that talks to the PS in the sync
+data path. After a failure the survivors keep this order (the next replica
+becomes rank 0) and a replacement is slotted back into it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Role:
+    kind: str      # "ps", "replica", "evaluator", "worker"
+    index: int = 0  # replica position (1..R) or worker index (0..W-1)
+
+    @property
+    def label(self) -> str:
+        return self.kind if self.kind in ("ps", "evaluator") else f"{self.kind}{self.index}"
+
+
+def layout(workers: int, replicas: int = 0, evaluator: bool = True) -> list[Role]:
+    """The role of each rank, by rank."""
+    if workers < 1:
+        raise ValueError("at least one worker is needed")
+    roles = [Role("ps")]
+    roles += [Role("replica", i) for i in range(1, replicas + 1)]
+    if evaluator:
+        roles.append(Role("evaluator"))
+    roles += [Role("worker", i) for i in range(workers)]
+    return roles
+
+
+def sort_key(role: Role) -> int:
+    """Position of a role in the canonical order (used to re-order ranks with Split)."""
+    return {"ps": 0, "replica": 0, "evaluator": 10_000, "worker": 20_000}[role.kind] + role.index
+
+
+def describe(roles: list[Role]) -> str:
+    return ", ".join(f"rank {r}: {role.label}" for r, role in enumerate(roles))

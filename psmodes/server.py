@@ -1,0 +1,268 @@
+"""The parameter server (the chain's head in ``chain`` mode).
+
+It owns the weights and the optimizer: it receives the leader's averaged
+gradient, applies one SGD step, replicates (chain) or checkpoints (checkpoint)
+as configured, and returns the new weights. Between polls it pushes weight
+snapshots to the evaluator on a wall-clock interval, without waiting for it.
+
+Every conversation with the leader starts with a HELLO (at start and after any
+repair) carrying the leader's weight version and, if an exchange was cut by a
+failure, the gradient it had sent. The PS reconciles: a gradient it never
+applied is applied, one it applied already is not applied twice, and the
+leader is told which version it now holds. A replacement PS in ``stateless``
+mode gets the workers' weights and buffered updates in the same hand-over.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import checkpoint as ckpt
+from . import transport as tp
+from .context import Context, RespawnNow, RunFailed
+from .flatparams import FlatParams, digest
+from .replay import POLICY_CODES, apply_buffered
+from .sgd import FlatSGD
+
+POLICY_NAMES = {v: k for k, v in POLICY_CODES.items()}
+
+
+def build_flat(ctx: Context) -> FlatParams:
+    torch.manual_seed(ctx.cfg.seed)
+    return FlatParams(ctx.workload.build_model(ctx.cfg))
+
+
+def write_pid_file(ctx: Context, role: str) -> None:
+    """The launcher's fault injector finds the current PS (or a replica) here."""
+    from .atomic import write_text_atomic
+    import json
+
+    folder = Path(ctx.cfg.run_dir) / "pids"
+    folder.mkdir(exist_ok=True)
+    info = {"pid": os.getpid(), "host": socket.gethostname(), "rank": ctx.cluster.rank, "role": role,
+            "generation": ctx.cluster.generation, "t": time.time()}
+    write_text_atomic(folder / f"{role}.json", json.dumps(info) + "\n")
+    ctx.log.emit("role", **info)
+
+
+class ParameterServer:
+    def __init__(self, ctx: Context, opt: FlatSGD | None = None, prev: tuple[int, torch.Tensor] | None = None,
+                 t0_ms: int = 0, fresh: bool = True) -> None:
+        self.ctx = ctx
+        cfg = ctx.cfg
+        self.flat = build_flat(ctx)
+        self.numel = self.flat.numel
+        if opt is None:
+            opt = FlatSGD(self.flat.weights, ctx.lr, cfg.momentum)
+        self.opt = opt
+        self.prev = prev  # (version, weights) kept by a promoted replica, for reconciliation
+        self.grad = torch.zeros(self.numel)
+        self.stateless_empty = False
+        self.t0_ms = t0_ms
+        self.stopped = False
+        self.started = not fresh
+        self._eval_reqs: list = []
+        self._eval_buf = np.zeros(self.numel, dtype=np.float32)
+        self._next_eval = 0.0
+        self._repl_reqs: list = []
+        self._repl_buf = torch.zeros(self.opt.state_numel)
+        self.writer = None
+        if cfg.mode == "checkpoint":
+            self.ckpt_dir = Path(cfg.run_dir) / "checkpoints"
+            self.writer = ckpt.BackgroundWriter(self.ckpt_dir, self._on_checkpoint)
+        if ctx.cluster.generation > 0 and fresh:
+            self._init_replacement()
+        write_pid_file(ctx, "ps")
+
+    # ---- start-up of a replacement
+    def _init_replacement(self) -> None:
+        cfg, log = self.ctx.cfg, self.ctx.log
+        if cfg.mode == "checkpoint":
+            state, skipped = ckpt.newest(self.ckpt_dir, self.numel)
+            for reason in skipped:
+                log.emit("checkpoint_skipped", reason=reason)
+            if state is None:
+                raise RunFailed(f"no loadable checkpoint in {self.ckpt_dir}")
+            self.opt.weights.copy_(state["weights"])
+            if self.opt.buf.numel() and state["momentum"].numel():
+                self.opt.buf.copy_(state["momentum"])
+                self.opt.has_buf = True
+            self.opt.version = state["version"]
+            log.emit("resume", from_version=state["version"], digest=digest(self.opt.weights))
+        elif cfg.mode == "stateless":
+            self.stateless_empty = True  # weights and updates come from the workers
+
+    # ---- the loop
+    def run(self) -> None:
+        ctx = self.ctx
+        if not self.started and self.writer is not None:
+            self.writer.submit(ckpt.make_state(self.opt.weights, self.opt.buf, self.opt.version, ctx.cfg.seed))
+        while True:
+            try:
+                self._serve()
+                return
+            except tp.PeerFailed as exc:
+                if ctx.cfg.mode == "none":
+                    raise RunFailed(f"a peer of the PS died ({exc})") from None
+                ctx.after_failure(exc, via="ps")
+            except RespawnNow:
+                ctx.respawn()
+                if ctx.cfg.mode == "chain":
+                    self._replicate(wait_ack=True)
+
+    def _serve(self) -> None:
+        ctx = self.ctx
+        world, c = ctx.cluster.world, ctx.cluster
+        while not self.stopped:
+            hdr, _ = tp.recv_header(world, c.leader, tp.TAG_TO_PS, ctx.outage_timeout, "PS waits for the leader",
+                                    on_idle=self._idle)
+            if hdr[0] == tp.HELLO:
+                self._hello(hdr)
+            elif hdr[0] == tp.GRAD:
+                tp.recv_payload(world, self.grad.numpy(), c.leader, tp.TAG_TO_PS, ctx.peer_timeout, "PS receives gradient")
+                if hdr[1] != self.opt.version:
+                    raise RunFailed(f"gradient for version {hdr[1]} reached a PS at version {self.opt.version}")
+                self._update(self.grad)
+                self._reply()
+            else:
+                raise RunFailed(f"PS got an unexpected message kind {hdr[0]}")
+        self._finish()
+
+    def _update(self, grad: torch.Tensor, lr_scale: float = 1.0) -> None:
+        self.opt.step(grad, lr_scale)
+        self._after_update()
+
+    def _after_update(self) -> None:
+        v, cfg = self.opt.version, self.ctx.cfg
+        if cfg.mode == "chain" and v % cfg.replicate_every == 0:
+            self._replicate(wait_ack=cfg.replicate_every == 1)
+        if self.writer is not None and v % cfg.checkpoint_every == 0:
+            t0 = time.perf_counter()
+            state = ckpt.make_state(self.opt.weights, self.opt.buf, v, cfg.seed)
+            copy_s = time.perf_counter() - t0
+            waited = self.writer.submit(state)
+            self.ctx.log.emit("checkpoint_start", version=v, copy_s=copy_s, waited_s=waited)
+
+    def _reply(self) -> None:
+        cfg = self.ctx.cfg
+        elapsed = time.time() - self.t0_ms / 1000.0
+        self.stopped = bool((cfg.steps and self.opt.version >= cfg.steps)
+                            or (cfg.duration_s and elapsed >= cfg.duration_s))
+        self.ctx.log.emit("update", version=self.opt.version) if self.opt.version % 10 == 0 else None
+        hdr = tp.header(tp.WEIGHTS, self.opt.version, int(self.stopped), self.t0_ms)
+        tp.send(self.ctx.cluster.world, hdr, self.opt.weights.numpy(), self.ctx.cluster.leader, tp.TAG_FROM_PS,
+                self.ctx.peer_timeout, "PS sends weights")
+
+    def _hello(self, hdr: np.ndarray) -> None:
+        """Reconcile with the leader; see the module docstring."""
+        ctx, world, leader = self.ctx, self.ctx.cluster.world, self.ctx.cluster.leader
+        leader_version, pending, n_buffered, t0_ms, policy_code = (int(x) for x in hdr[1:6])
+        info: dict = {"leader_version": leader_version, "ps_version_before": self.opt.version}
+        if leader_version < 0:  # the first contact of the run
+            self.t0_ms = int(time.time() * 1000)
+            ctx.log.emit("train_start", t0_ms=self.t0_ms)
+        else:
+            self.t0_ms = t0_ms
+        if self.stateless_empty:
+            tp.recv_payload(world, self.opt.weights.numpy(), leader, tp.TAG_HANDOVER, ctx.peer_timeout, "hand-over weights")
+            self.opt.version = leader_version
+            policy = POLICY_NAMES[policy_code]
+            vectors = []
+            n_vectors = int(hdr[6])
+            for _ in range(n_vectors):
+                vec = torch.zeros(self.numel)
+                tp.recv_payload(world, vec.numpy(), leader, tp.TAG_HANDOVER, ctx.peer_timeout, "hand-over updates")
+                vectors.append(vec)
+            staleness = apply_buffered(self.opt, policy, n_buffered, vectors)
+            self.stateless_empty = False
+            info.update(replayed=n_buffered, policy=policy, staleness=staleness, vectors=n_vectors)
+            ctx.log.emit("replayed", applied=n_buffered, policy=policy, version=self.opt.version, staleness=staleness)
+            self._after_update()
+        else:
+            info["digest_at_leader_version"] = self._digest_at(leader_version)
+            if pending:
+                tp.recv_payload(world, self.grad.numpy(), leader, tp.TAG_TO_PS, ctx.peer_timeout, "pending gradient")
+                if self.opt.version == leader_version:
+                    self._update(self.grad)
+                    info["pending"] = "applied"
+                elif self.opt.version == leader_version + 1:
+                    info["pending"] = "already applied"
+                else:
+                    info["pending"] = "dropped (PS is behind the leader)"
+        info["ps_version"] = self.opt.version
+        info["lost_steps"] = max(0, leader_version - info["ps_version_before"]) if leader_version >= 0 else 0
+        ctx.log.emit("hello", **info)
+        self.started = True
+        self._reply()
+
+    def _digest_at(self, version: int) -> str | None:
+        if version == self.opt.version:
+            return digest(self.opt.weights)
+        if self.prev is not None and self.prev[0] == version:
+            return digest(self.prev[1])
+        return None
+
+    # ---- chain replication
+    def _replicate(self, wait_ack: bool) -> None:
+        c, ctx = self.ctx.cluster, self.ctx
+        if not c.replicas:
+            return
+        tp.wait(self._repl_reqs, ctx.peer_timeout, "previous replication")
+        self.opt.pack(self._repl_buf)
+        hdr = tp.header(tp.STATE, self.opt.version, 0, int(wait_ack), self.t0_ms)
+        self._repl_reqs = tp.isend(c.world, hdr, self._repl_buf.numpy(), c.replicas[0], tp.TAG_CHAIN)
+        if wait_ack:
+            tp.wait(self._repl_reqs, ctx.peer_timeout, "replicate to the chain")
+            ack, _ = tp.recv_header(c.world, c.replicas[-1], tp.TAG_ACK, ctx.peer_timeout, "tail acknowledges")
+            if ack[1] != self.opt.version:
+                raise RunFailed(f"tail acknowledged version {ack[1]}, head is at {self.opt.version}")
+
+    # ---- idle work: evaluator snapshots
+    def _idle(self) -> None:
+        self.ctx.idle()
+        self._push_snapshot(final=False)
+
+    def _push_snapshot(self, final: bool) -> None:
+        c, ctx = self.ctx.cluster, self.ctx
+        if c.evaluator is None or self.stateless_empty or not self.started:
+            return
+        now = time.monotonic()
+        if not final and now < self._next_eval:
+            return
+        if self._eval_reqs:
+            if final:
+                tp.wait(self._eval_reqs, ctx.outage_timeout, "final snapshot")
+            elif not all(tp.test(r, "snapshot to evaluator") for r in self._eval_reqs):
+                return  # the evaluator is still busy; never make the workers wait for it
+        self._next_eval = now + ctx.cfg.eval_interval_s
+        self._eval_buf[:] = self.opt.weights.numpy()
+        hdr = tp.header(tp.SNAPSHOT, self.opt.version, int(final), int(time.time() * 1000), self.t0_ms)
+        self._eval_reqs = tp.isend(c.world, hdr, self._eval_buf, c.evaluator, tp.TAG_EVAL)
+
+    def _on_checkpoint(self, version: int, path: Path, seconds: float) -> None:
+        self.ctx.log.emit("checkpoint", version=version, path=path.name, write_s=seconds,
+                          bytes=path.stat().st_size if path.exists() else 0)
+
+    def _finish(self) -> None:
+        ctx, c = self.ctx, self.ctx.cluster
+        if ctx.cfg.mode == "chain" and c.replicas:
+            tp.wait(self._repl_reqs, ctx.peer_timeout, "previous replication")
+            hdr = tp.header(tp.STOP, self.opt.version)
+            tp.send(c.world, hdr, None, c.replicas[0], tp.TAG_CHAIN, ctx.peer_timeout, "stop the chain")
+        if c.evaluator is not None:
+            self._push_snapshot(final=True)
+            tp.wait(self._eval_reqs, ctx.outage_timeout, "final snapshot")
+        else:
+            from .evaluator import evaluate_full
+
+            acc = evaluate_full(ctx, self.opt.weights)
+            ctx.log.emit("eval", ps_step=self.opt.version, accuracy=acc, final=True,
+                         t_snapshot=time.time(), t0_ms=self.t0_ms, samples=None)
+        if self.writer is not None:
+            self.writer.close()
+        ctx.log.emit("done", version=self.opt.version, completed=True)

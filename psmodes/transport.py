@@ -1,0 +1,147 @@
+"""Point-to-point PS traffic on mpi4py buffer calls, with ULFM failure reporting.
+
+Nothing here pickles: every message is a fixed 8-int64 header followed, when
+the header says so, by a float32 payload of a size both sides know. Waits poll
+``Request.Test`` with a short sleep instead of blocking in ``Wait``: Open MPI's
+blocking waits spin a core, which starves the other ranks when ranks outnumber
+cores, and a poll loop is also where timeouts and failure checks live.
+
+Failures surface as :class:`PeerFailed` (ULFM: ``MPI_ERR_PROC_FAILED``,
+``..._PENDING`` or ``MPI_ERR_REVOKED``) and hangs as :class:`PeerTimeout`.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+# message tags
+TAG_TO_PS = 11       # leader/worker -> PS: gradient or control
+TAG_FROM_PS = 12     # PS -> leader/worker: weights
+TAG_EVAL = 13        # PS -> evaluator: weight snapshot
+TAG_CHAIN = 14       # head -> replica -> ... -> tail: state
+TAG_ACK = 15         # tail -> head: replication acknowledged
+TAG_HANDOVER = 16    # survivors -> replacement PS: state hand-over
+
+# header kinds
+GRAD, WEIGHTS, STOP, SNAPSHOT, STATE, ACK, HELLO, BUFFERED = range(1, 9)
+HEADER_LEN = 8
+
+FAILURE_CLASSES = {MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING, MPI.ERR_REVOKED}
+
+
+class PeerFailed(RuntimeError):
+    """A peer died (ULFM reported it) or the communicator was revoked."""
+
+    def __init__(self, what: str, error_class: int) -> None:
+        name = {MPI.ERR_PROC_FAILED: "ERR_PROC_FAILED", MPI.ERR_PROC_FAILED_PENDING: "ERR_PROC_FAILED_PENDING",
+                MPI.ERR_REVOKED: "ERR_REVOKED"}.get(error_class, str(error_class))
+        super().__init__(f"{what}: {name}")
+        self.error_class = error_class
+        self.revoked = error_class == MPI.ERR_REVOKED
+
+
+class PeerTimeout(RuntimeError):
+    """A wait on a peer exceeded its timeout: the run is hung, not failed over."""
+
+
+def header(kind: int, *values: int) -> np.ndarray:
+    h = np.zeros(HEADER_LEN, dtype=np.int64)
+    h[0] = kind
+    h[1:1 + len(values)] = values
+    return h
+
+
+def _classify(exc: MPI.Exception, what: str) -> Exception:
+    cls = exc.Get_error_class()
+    if cls in FAILURE_CLASSES:
+        return PeerFailed(what, cls)
+    return exc
+
+
+def wait(reqs, timeout: float, what: str, poll: float = 0.001, on_idle=None, status=None) -> None:
+    """Wait for one request or a list of them, or raise PeerFailed / PeerTimeout.
+
+    ``on_idle`` is called between polls (the PS serves the evaluator there);
+    ``status`` (single request only) receives the completed request's status."""
+    if isinstance(reqs, MPI.Request):
+        reqs = [reqs]
+    deadline = time.monotonic() + timeout
+    sleep = 2e-5
+    pending = list(reqs)
+    while True:
+        try:
+            pending = [r for r in pending if not r.Test(status)]
+        except MPI.Exception as exc:
+            raise _classify(exc, what) from None
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise PeerTimeout(f"{what}: no answer in {timeout:.0f} s")
+        if on_idle is not None:
+            on_idle()
+        time.sleep(sleep)
+        sleep = min(sleep * 2, poll)
+
+
+def test(req: MPI.Request, what: str) -> bool:
+    """Non-blocking completion check that reports failures like :func:`wait`."""
+    try:
+        return req.Test()
+    except MPI.Exception as exc:
+        raise _classify(exc, what) from None
+
+
+def call(fn, what: str, *args, **kwargs):
+    """Run a blocking MPI call (Shrink, Spawn, ...) and classify its failure."""
+    try:
+        return fn(*args, **kwargs)
+    except MPI.Exception as exc:
+        raise _classify(exc, what) from None
+
+
+def send(comm: MPI.Comm, hdr: np.ndarray, payload: np.ndarray | None, dest: int, tag: int,
+         timeout: float, what: str) -> None:
+    reqs = [comm.Isend(hdr, dest, tag)]
+    if payload is not None:
+        reqs.append(comm.Isend(payload, dest, tag))
+    wait(reqs, timeout, what)
+
+
+def isend(comm: MPI.Comm, hdr: np.ndarray, payload: np.ndarray | None, dest: int, tag: int) -> list:
+    reqs = [comm.Isend(hdr, dest, tag)]
+    if payload is not None:
+        reqs.append(comm.Isend(payload, dest, tag))
+    return reqs
+
+
+def recv_header(comm: MPI.Comm, source: int, tag: int, timeout: float, what: str,
+                on_idle=None) -> tuple[np.ndarray, int]:
+    """Receive one header; returns (header, source rank)."""
+    hdr = np.empty(HEADER_LEN, dtype=np.int64)
+    status = MPI.Status()
+    req = comm.Irecv(hdr, source, tag)
+    try:
+        wait(req, timeout, what, on_idle=on_idle, status=status)
+    except BaseException:
+        _cancel(req)
+        raise
+    return hdr, (status.Get_source() if source == MPI.ANY_SOURCE else source)
+
+
+def recv_payload(comm: MPI.Comm, buf: np.ndarray, source: int, tag: int, timeout: float, what: str) -> None:
+    req = comm.Irecv(buf, source, tag)
+    try:
+        wait(req, timeout, what)
+    except BaseException:
+        _cancel(req)
+        raise
+
+
+def _cancel(req: MPI.Request) -> None:
+    try:
+        if req != MPI.REQUEST_NULL:
+            req.Cancel()
+    except MPI.Exception:
+        pass

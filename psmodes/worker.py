@@ -1,0 +1,252 @@
+"""A worker: computes gradients on its shard; the leader (worker 0) speaks to the PS.
+
+One training step, sync data path:
+
+1. every worker computes a gradient on its next batch (unless the run is
+   waiting for a PS: checkpoint mode during an outage);
+2. Horovod averages the gradients over the workers' communicator;
+3. the leader sends the average to the PS and receives the new weights - or,
+   with the PS down, detects the death (ULFM) and, in stateless mode, buffers
+   the update (:mod:`psmodes.replay`);
+4. the leader broadcasts a control header (state, version, stop, repair
+   action) and, when they changed, the weights to the other workers;
+5. everyone takes the repair action (shrink, respawn) together; the leader
+   then reconnects to the PS with a HELLO and a second control header follows.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+from mpi4py import MPI
+
+from benchmarks.registry import shard_batches
+
+from . import transport as tp
+from .allreduce import Allreducer
+from .context import Context
+from .flatparams import FlatParams, digest
+from .replay import POLICY_CODES, UpdateBuffer
+from .sgd import FlatSGD
+
+ACT_NONE, ACT_SHRINK, ACT_SPAWN = 0, 1, 2
+RUNNING, DONE, FAILED = 0, 1, 2
+# control header: [new_weights, version, stop, action, compute_next, t0_ms, -, -]
+
+
+class Worker:
+    def __init__(self, ctx: Context, worker_comm: MPI.Intracomm) -> None:
+        self.ctx = ctx
+        cfg = ctx.cfg
+        self.index = ctx.cluster.me.index
+        self.leader = self.index == 0
+        self.comm = worker_comm
+        self.comm.Set_errhandler(MPI.ERRORS_RETURN)
+        self.ctrl_comm = worker_comm.Dup()
+        self.ctrl_comm.Set_errhandler(MPI.ERRORS_RETURN)
+        torch.manual_seed(cfg.seed)  # same initial model everywhere (then overwritten by the PS's)
+        self.flat = FlatParams(ctx.workload.build_model(cfg).to(ctx.device))
+        self.flat.model.train()
+        torch.manual_seed(cfg.seed * 1009 + self.index + 1)  # dropout differs per worker, reproducibly
+        self.x, self.y = ctx.workload.load_train(cfg)
+        self.batches = shard_batches(len(self.y), self.index, cfg.workers, ctx.batch_size, cfg.seed)
+        self.allreducer = Allreducer(cfg.allreduce, worker_comm, ctx.device)
+        self.loss_fn = torch.nn.CrossEntropyLoss()
+        self.numel = self.flat.numel
+        self.weights_in = np.zeros(self.numel, dtype=np.float32)
+        self.ctrl = np.zeros(tp.HEADER_LEN, dtype=np.int64)
+        # leader state
+        self.version = -1
+        self.t0_ms = 0
+        self.ps_up = False
+        self.pending = False
+        self.repair_due: float | None = None
+        self.buffer: UpdateBuffer | None = None
+        self.local_opt: FlatSGD | None = None
+        self.outage: dict | None = None
+        self.samples_per_step = ctx.batch_size * cfg.workers
+        self.last_loss = float("nan")
+
+    # ---- one step's pieces
+    def _compute(self) -> float:
+        t0 = time.perf_counter()
+        idx = next(self.batches)
+        inputs = self.ctx.workload.to_inputs(self.x[idx]).to(self.ctx.device, non_blocking=True)
+        target = torch.from_numpy(self.y[idx]).to(self.ctx.device, non_blocking=True)
+        self.flat.grads.zero_()
+        loss = self.loss_fn(self.flat.model(inputs), target)
+        loss.backward()
+        self.allreducer.average_(self.flat.grads, self.ctx.peer_timeout)
+        self.last_loss = float(loss)
+        return time.perf_counter() - t0
+
+    def _bcast(self, buf: np.ndarray, what: str, timeout: float) -> None:
+        req = self.ctrl_comm.Ibcast(buf, root=0)
+        tp.wait(req, timeout, what)
+
+    def _sync_ctrl(self) -> np.ndarray:
+        self._bcast(self.ctrl, "control broadcast", self.ctx.outage_timeout)
+        return self.ctrl
+
+    # ---- the loop
+    def run(self) -> None:
+        ctx, log = self.ctx, self.ctx.log
+        if self.leader:
+            stop = self._connect(pending=False)
+            self._set_ctrl(True, stop=DONE if stop else RUNNING)
+        self._sync_ctrl()
+        self._take_weights()
+        compute = bool(self.ctrl[4])
+        while True:
+            compute_s = self._compute() if compute else 0.0
+            if self.leader:
+                self._lead(compute, compute_s)
+            else:
+                self.ctrl[:] = 0
+            self._sync_ctrl()
+            action = int(self.ctrl[3])
+            if action != ACT_NONE:
+                if action == ACT_SHRINK:
+                    ctx.after_failure(tp.PeerFailed("leader reported the PS dead", MPI.ERR_PROC_FAILED), via="worker")
+                elif action == ACT_SPAWN:
+                    ctx.respawn()
+                if self.leader:
+                    self._reconnect()
+                self._sync_ctrl()
+            self._take_weights()
+            compute = bool(self.ctrl[4])
+            if self.ctrl[2] != RUNNING:
+                break
+        log.emit("done", completed=self.ctrl[2] == DONE, version=int(self.ctrl[1]))
+        self.allreducer.close()
+
+    def _take_weights(self) -> None:
+        if self.ctrl[0]:
+            self._bcast(self.weights_in, "weights broadcast", self.ctx.peer_timeout)
+            self.flat.weights.copy_(torch.from_numpy(self.weights_in))
+
+    # ---- leader only
+    def _set_ctrl(self, new_weights: bool, stop: int = RUNNING, action: int = ACT_NONE) -> None:
+        compute = self.ps_up or self.ctx.cfg.mode == "stateless"
+        self.ctrl[:] = (int(new_weights), self.version, stop, action, int(compute), self.t0_ms, 0, 0)
+
+    def _lead(self, computed: bool, compute_s: float) -> None:
+        cfg, log = self.ctx.cfg, self.ctx.log
+        now = time.time()
+        if self.ps_up:
+            t_send = now
+            try:
+                stop = self._exchange()
+            except tp.PeerFailed as exc:
+                self._ps_lost(exc, t_send, compute_s)
+                return
+            log.emit("step", version=self.version, applied=True, samples=self.samples_per_step,
+                     compute_s=round(compute_s, 6), loss=round(self.last_loss, 5))
+            if self.outage is not None:
+                self._recovered()
+            self._set_ctrl(True, stop=DONE if stop else RUNNING)
+            return
+        # the PS is down
+        new_weights = False
+        if computed:
+            self.outage["compute_s"] += compute_s
+            if self.buffer is not None:
+                self.buffer.add(self.flat.grads)
+                if self.local_opt is not None:
+                    self.local_opt.step(self.flat.grads)
+                    self.weights_in[:] = self.flat.weights.numpy()
+                    new_weights = True
+                log.emit("step", version=self.version, applied=False, buffered=self.buffer.count,
+                         samples=self.samples_per_step, compute_s=round(compute_s, 6), loss=round(self.last_loss, 5))
+        else:
+            time.sleep(0.01)  # nothing to do but wait for the repair
+        action = ACT_NONE
+        if self.repair_due is not None and time.monotonic() >= self.repair_due:
+            self.repair_due = None
+            action = ACT_SPAWN
+            self.ctx.announce_respawn()
+        self._set_ctrl(new_weights, action=action)
+
+    def _exchange(self) -> bool:
+        c, ctx = self.ctx.cluster, self.ctx
+        tp.send(c.world, tp.header(tp.GRAD, self.version), self.flat.grads.numpy(), c.ps, tp.TAG_TO_PS,
+                ctx.peer_timeout, "leader sends gradient")
+        self.pending = True
+        hdr, _ = tp.recv_header(c.world, c.ps, tp.TAG_FROM_PS, ctx.peer_timeout, "leader waits for weights")
+        tp.recv_payload(c.world, self.weights_in, c.ps, tp.TAG_FROM_PS, ctx.peer_timeout, "leader receives weights")
+        self.pending = False
+        self.version, self.t0_ms = int(hdr[1]), int(hdr[3])
+        return bool(hdr[2])
+
+    def _ps_lost(self, exc: tp.PeerFailed, t_send: float, compute_s: float) -> None:
+        cfg, log = self.ctx.cfg, self.ctx.log
+        log.emit("detect", via="leader", error=str(exc), t_detect=time.time(), version=self.version,
+                 digest=digest(self.weights_in), role="worker0")
+        if cfg.mode == "none":
+            log.emit("failed", reason=f"PS died ({exc}); mode none has no recovery")
+            self._set_ctrl(False, stop=FAILED)
+            return
+        self.ctx.cluster.revoke()
+        self.ps_up = False
+        # the exchange began right after this step's compute; idle time starts there
+        self.outage = {"t_start": t_send, "compute_s": 0.0, "t_detect": time.time(), "version": self.version}
+        self.repair_due = time.monotonic() + cfg.restart_delay_s
+        if cfg.mode == "stateless":
+            self.buffer = UpdateBuffer(cfg.replay, self.numel)
+            if cfg.replay == "local":
+                self.local_opt = FlatSGD(self.flat.weights, self.ctx.lr, cfg.momentum)
+            if self.pending:  # the gradient the dead PS never answered is the first buffered update
+                self.buffer.add(self.flat.grads)
+                if self.local_opt is not None:
+                    self.local_opt.step(self.flat.grads)
+                    self.weights_in[:] = self.flat.weights.numpy()
+                self.pending = False
+        self._set_ctrl(self.local_opt is not None, action=ACT_SHRINK)
+
+    def _reconnect(self) -> None:
+        """After a shrink or respawn: HELLO to the PS if there is one now."""
+        c = self.ctx.cluster
+        if c.roles[0].kind != "ps":
+            self._set_ctrl(False)
+            return
+        stop = self._connect(pending=self.pending)
+        self._set_ctrl(True, stop=DONE if stop else RUNNING)
+
+    def _connect(self, pending: bool) -> bool:
+        c, ctx, cfg = self.ctx.cluster, self.ctx, self.ctx.cfg
+        buf = self.buffer
+        handover = cfg.mode == "stateless" and c.generation > 0 and buf is not None
+        vectors = buf.vectors() if handover else []
+        hdr = tp.header(tp.HELLO, self.version, int(pending and not handover), buf.count if handover else 0,
+                        self.t0_ms, POLICY_CODES[cfg.replay], len(vectors))
+        tp.send(c.world, hdr, None, c.ps, tp.TAG_TO_PS, ctx.peer_timeout, "leader says hello")
+        if pending and not handover:
+            tp.wait(c.world.Isend(self.flat.grads.numpy(), c.ps, tp.TAG_TO_PS), ctx.peer_timeout, "re-send gradient")
+        if handover:
+            weights = self.flat.weights.numpy() if self.local_opt is not None else self.weights_in
+            reqs = [c.world.Isend(weights, c.ps, tp.TAG_HANDOVER)]
+            reqs += [c.world.Isend(v.numpy(), c.ps, tp.TAG_HANDOVER) for v in vectors]
+            tp.wait(reqs, ctx.peer_timeout, "hand-over to the replacement PS")
+            ctx.log.emit("handover", buffered=buf.count, dropped=buf.dropped, policy=cfg.replay,
+                         staleness=buf.staleness)
+        hdr, _ = tp.recv_header(c.world, c.ps, tp.TAG_FROM_PS, ctx.outage_timeout, "leader waits for the PS")
+        tp.recv_payload(c.world, self.weights_in, c.ps, tp.TAG_FROM_PS, ctx.peer_timeout, "leader receives weights")
+        self.version, self.t0_ms = int(hdr[1]), int(hdr[3])
+        self.pending = False
+        self.ps_up = True
+        if self.outage is not None:
+            self.outage["lost_steps"] = max(0, self.outage["version"] - self.version) if not handover else 0
+        ctx.log.emit("connected", version=self.version, generation=c.generation)
+        return bool(hdr[2])
+
+    def _recovered(self) -> None:
+        o, now = self.outage, time.time()
+        buf = self.buffer
+        self.ctx.log.emit(
+            "recovered", mode=self.ctx.cfg.mode, t_outage_start=o["t_start"], t_detect=o["t_detect"],
+            idle_s=max(0.0, (now - o["t_start"]) - o["compute_s"]),
+            lost_steps=o.get("lost_steps", 0),
+            buffered_updates=buf.count if buf else 0, dropped_updates=buf.dropped if buf else 0,
+            version_before=o["version"], version_after=self.version)
+        self.outage, self.buffer, self.local_opt = None, None, None
