@@ -41,7 +41,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--data-dir", help="folder with the Fashion-MNIST IDX .gz files (else $PSBENCH_DATA, "
                                       "else Debian's dataset-fashion-mnist)")
     g.add_argument("--no-evaluator", action="store_true", help="no evaluator rank; the PS scores the final weights")
-    g.add_argument("--eval-interval", default="2s", help="evaluate the PS's weights this often (wall clock)")
+    g.add_argument("--eval-interval", default="5s", help="evaluate the PS's weights this often (wall clock)")
     g.add_argument("--eval-samples", type=int, default=2000, help="test images per periodic evaluation")
     r = p.add_argument_group("recovery")
     r.add_argument("--mode", default="none", help=f"one of: {', '.join(MODES)}")

@@ -78,6 +78,7 @@ def run_job(cfg: RunConfig, quiet: bool = False) -> dict:
                                 start_new_session=True, stdin=subprocess.DEVNULL)
     tail = EventTail(run_dir)
     progress = Progress(cfg, quiet)
+    previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)
     exit_reason = None
     t0 = None
     step = None
@@ -107,6 +108,7 @@ def run_job(cfg: RunConfig, quiet: bool = False) -> dict:
     finally:
         stop_group(proc)
         progress.close()
+        signal.signal(signal.SIGTERM, previous_term)
     injector.finish()
     for e in tail.new():
         progress.event(e)
@@ -116,6 +118,10 @@ def run_job(cfg: RunConfig, quiet: bool = False) -> dict:
     write_summary(run_dir, summary)
     write_run_report(run_dir)
     return summary
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def stop_group(proc: subprocess.Popen, grace: float = 5.0) -> None:

@@ -66,9 +66,8 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
                 break
 
     failed = by("failed")
-    done = [e for e in by("done") if e["who"].startswith("ps") or e["who"] == "ps"]
-    completed = bool(done) and (bool(finals) or not cfg.evaluator) and not any(
-        e for e in failed if not e["who"].startswith("ps"))
+    done = [e for e in by("done") if e["who"] == "worker0" and e.get("completed")]
+    completed = bool(done) and bool(finals) and not failed
     if exit_reason is None:
         exit_reason = "completed" if completed else (failed[0]["reason"] if failed else "incomplete")
     elif completed and exit_reason != "completed":

@@ -56,7 +56,7 @@ class RunConfig:
     model_params: int = 1_000_000   # synthetic workload only
     data_dir: str | None = None
     evaluator: bool = True
-    eval_interval_s: float = 2.0
+    eval_interval_s: float = 5.0
     eval_samples: int = 2000        # test images per periodic evaluation; the final one uses all
     # recovery
     checkpoint_every: int = 100

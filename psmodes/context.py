@@ -75,10 +75,11 @@ class Context:
             self._action_buf[:] = 0
             self._action_req = self.cluster.world.Ibcast(self._action_buf, root=self.cluster.leader)
 
-    def announce_respawn(self) -> None:
-        """Leader only: tell every survivor to join :meth:`respawn` now."""
+    def announce(self, action: int = ACTION_SPAWN) -> None:
+        """Leader only: tell every survivor to join :meth:`respawn` now (or, with
+        ACTION_NONE at the end of a run, that no repair will come)."""
         self._action_buf[:] = 0
-        self._action_buf[0] = ACTION_SPAWN
+        self._action_buf[0] = action
         req = self.cluster.world.Ibcast(self._action_buf, root=self.cluster.leader)
         transport.wait(req, self.peer_timeout, "announce respawn")
 
@@ -123,7 +124,8 @@ def set_threads(cfg: RunConfig) -> int:
         n = cfg.threads_per_rank
     else:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        local = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", cfg.n_ranks))
+        # a spawned replacement sees a local size of 1, but it shares the node with the rest
+        local = max(int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", 1)), cfg.n_ranks)
         n = 1 if local >= cores else max(1, cores // local)
     torch.set_num_threads(n)
     return n

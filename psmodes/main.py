@@ -11,6 +11,7 @@ exits non-zero on its own.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 
@@ -24,10 +25,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from mpi4py import MPI
 
+    # only light imports before a replacement joins: the survivors wait in the spawn until it does
     from .cluster import Cluster, full_layout
     from .config import RunConfig
-    from .context import Context, RunFailed, set_threads
-    from .events import EventLog
     from .roles import Role
 
     cfg = RunConfig.load(f"{args.run_dir}/config.json")
@@ -49,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
         worker_comm = world.Split(1 if me.kind == "worker" else MPI.UNDEFINED, me.index)
         cluster = Cluster(world.Dup(), list(full), me)
         name = me.label
+    from .context import Context, RunFailed, set_threads
+    from .events import EventLog
+
     log = EventLog(cfg.run_dir, name)
     threads = set_threads(cfg)
     ctx = Context(cfg, cluster, log)
@@ -74,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     except RunFailed as exc:
         log.emit("failed", reason=str(exc))
         print(f"psbench[{name}]: {exc}", file=sys.stderr)
-        return 3
+        _exit(log, 3)
     except Exception as exc:  # noqa: BLE001 - record, then take the job down instead of hanging peers
         from .transport import PeerTimeout
 
@@ -86,8 +89,28 @@ def main(argv: list[str] | None = None) -> int:
             MPI.COMM_WORLD.Abort(4)
         finally:
             return 4
+    final_barrier(ctx)
+    _exit(log, 0)
+
+
+def final_barrier(ctx) -> None:
+    """Everyone who finished waits for the others before leaving, so no message
+    is still in flight when a process goes; bounded, failures ignored."""
+    from . import transport as tp
+
+    try:
+        tp.wait(ctx.cluster.world.Ibarrier(), 30.0, "final barrier")
+    except (tp.PeerFailed, tp.PeerTimeout):
+        pass
+
+
+def _exit(log, code: int) -> None:
+    """Leave without MPI_Finalize: after spawns and failures, Open MPI's finalize
+    can hang or crash waiting on disconnected peers; everything is recorded."""
     log.close()
-    return 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -265,4 +265,4 @@ class ParameterServer:
                          t_snapshot=time.time(), t0_ms=self.t0_ms, samples=None)
         if self.writer is not None:
             self.writer.close()
-        ctx.log.emit("done", version=self.opt.version, completed=True)
+        ctx.log.emit("done", version=self.opt.version, completed=True, digest=digest(self.opt.weights))

@@ -78,7 +78,7 @@ class Worker:
         loss = self.loss_fn(self.flat.model(inputs), target)
         loss.backward()
         self.allreducer.average_(self.flat.grads, self.ctx.peer_timeout)
-        self.last_loss = float(loss)
+        self.last_loss = loss.item()
         return time.perf_counter() - t0
 
     def _bcast(self, buf: np.ndarray, what: str, timeout: float) -> None:
@@ -118,7 +118,11 @@ class Worker:
             compute = bool(self.ctrl[4])
             if self.ctrl[2] != RUNNING:
                 break
-        log.emit("done", completed=self.ctrl[2] == DONE, version=int(self.ctrl[1]))
+        if self.leader and self.repair_due is not None:
+            from .context import ACTION_NONE
+
+            self.ctx.announce(ACTION_NONE)  # complete the survivors' pending wait for a repair
+        log.emit("done", completed=bool(self.ctrl[2] == DONE), version=int(self.ctrl[1]))
         self.allreducer.close()
 
     def _take_weights(self) -> None:
@@ -145,7 +149,7 @@ class Worker:
                      compute_s=round(compute_s, 6), loss=round(self.last_loss, 5))
             if self.outage is not None:
                 self._recovered()
-            self._set_ctrl(True, stop=DONE if stop else RUNNING)
+            self._set_ctrl(True, stop=DONE if stop else RUNNING, action=self._repair_action())
             return
         # the PS is down
         new_weights = False
@@ -161,12 +165,15 @@ class Worker:
                          samples=self.samples_per_step, compute_s=round(compute_s, 6), loss=round(self.last_loss, 5))
         else:
             time.sleep(0.01)  # nothing to do but wait for the repair
-        action = ACT_NONE
-        if self.repair_due is not None and time.monotonic() >= self.repair_due:
-            self.repair_due = None
-            action = ACT_SPAWN
-            self.ctx.announce_respawn()
-        self._set_ctrl(new_weights, action=action)
+        self._set_ctrl(new_weights, action=self._repair_action())
+
+    def _repair_action(self) -> int:
+        """Once the restart delay has passed: announce the respawn of the missing roles."""
+        if self.repair_due is None or time.monotonic() < self.repair_due:
+            return ACT_NONE
+        self.repair_due = None
+        self.ctx.announce()
+        return ACT_SPAWN
 
     def _exchange(self) -> bool:
         c, ctx = self.ctx.cluster, self.ctx
@@ -211,6 +218,8 @@ class Worker:
             self._set_ctrl(False)
             return
         stop = self._connect(pending=self.pending)
+        if stop and self.outage is not None:
+            self._recovered()  # the run ends right at the reconnection
         self._set_ctrl(True, stop=DONE if stop else RUNNING)
 
     def _connect(self, pending: bool) -> bool:

@@ -1,0 +1,24 @@
+# psbench: the commands that matter. `make demo` and `make test` set everything up first.
+VENV ?= .venv
+PSBENCH = $(VENV)/bin/psbench
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test test-quick doctor clean
+
+setup:
+	bash scripts/setup.sh
+
+doctor: setup
+	$(PSBENCH) doctor
+
+demo: setup
+	bash scripts/demo.sh
+
+test: setup
+	$(VENV)/bin/python -m pytest -v -rs $(PYTEST_ARGS)
+
+test-quick: setup
+	$(VENV)/bin/python -m pytest -v -m "not slow" $(PYTEST_ARGS)
+
+clean:
+	rm -rf runs .pytest_cache

@@ -1,0 +1,61 @@
+"""Shared helpers: run the real ``psbench`` CLI (real mpirun, real ranks) and
+read what a run left behind."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PSBENCH = [sys.executable, "-m", "launch.cli"]
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: runs a real multi-rank job for tens of seconds")
+
+
+def psbench(*args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ)
+    full_env["PYTHONPATH"] = str(ROOT)
+    full_env.update(env or {})
+    return subprocess.run([*PSBENCH, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                          env=full_env, stdin=subprocess.DEVNULL)
+
+
+def run_ok(tmp_path: Path, *args: str, name: str = "run", expect_complete: bool = True, timeout: float = 600):
+    out = tmp_path / name
+    proc = psbench("run", "--quiet", "--out", str(out), *args, timeout=timeout)
+    summary_path = out / "summary.json"
+    assert summary_path.exists(), f"no summary.json\nstdout:{proc.stdout}\nstderr:{proc.stderr}\n" + mpirun_log(out)
+    summary = json.loads(summary_path.read_text())
+    if expect_complete:
+        assert summary["completed"], f"run did not complete: {summary['exit_reason']}\n{proc.stderr}\n" + mpirun_log(out)
+        assert proc.returncode == 0, proc.stderr
+    return out, summary
+
+
+def mpirun_log(out: Path) -> str:
+    log = out / "mpirun.log"
+    return log.read_text()[-4000:] if log.exists() else ""
+
+
+def events(run_dir: Path, kind: str | None = None, who: str | None = None) -> list[dict]:
+    from psmodes.events import read_run_events
+
+    return [e for e in read_run_events(run_dir)
+            if (kind is None or e["ev"] == kind) and (who is None or e["who"].startswith(who))]
+
+
+@pytest.fixture(scope="session")
+def fmnist_available() -> bool:
+    from benchmarks import fmnist
+
+    try:
+        fmnist.find_data_dir()
+        return True
+    except fmnist.DataError:
+        return False

@@ -1,0 +1,107 @@
+"""Bad input: one line on stderr, exit status 2, no traceback, nothing started."""
+from __future__ import annotations
+
+import gzip
+import shutil
+import struct
+
+import pytest
+
+from conftest import psbench
+
+SYN = ["--benchmark", "synthetic", "--steps", "10"]
+
+
+def assert_one_line_error(proc, *needles: str) -> None:
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert lines[0].startswith("psbench: error:")
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--benchmark", "nope", "--steps", "10"], "unknown benchmark 'nope'"),
+    (SYN[:2] + ["--mode", "raid5", "--steps", "10"], "unknown mode 'raid5'"),
+    (SYN + ["--workers", "0"], "--workers must be a positive integer"),
+    (SYN + ["--workers", "two"], "invalid int value"),
+    (["--benchmark", "synthetic", "--duration", "-5s"], "must be positive"),
+    (["--benchmark", "synthetic", "--duration", "soon"], "is not a duration"),
+    (["--benchmark", "synthetic", "--duration", "0"], "must be positive"),
+    (["--benchmark", "synthetic"], "--steps N or --duration"),
+    (SYN + ["--kill-ps", "later"], "is not a duration"),
+    (SYN + ["--kill-ps", "step:x"], "step:N"),
+    (SYN + ["--replay", "magic"], "unknown replay policy"),
+    (SYN + ["--kill-replica", "5s"], "needs --mode chain"),
+    (SYN + ["--restart-delay", "-1s"], "must be positive"),
+    (SYN + ["--bogus-flag"], "unrecognized arguments"),
+])
+def test_bad_options(args, needle):
+    assert_one_line_error(psbench("run", *args), needle)
+
+
+def test_data_dir_without_files(tmp_path):
+    proc = psbench("run", "--benchmark", "fmnist-cnn", "--steps", "10", "--data-dir", str(tmp_path))
+    assert_one_line_error(proc, "Fashion-MNIST not found", "apt-get install dataset-fashion-mnist")
+
+
+def _copy_data(fmnist_available, tmp_path):
+    from benchmarks import fmnist
+
+    if not fmnist_available:
+        pytest.skip("Fashion-MNIST not installed")
+    src = fmnist.find_data_dir()
+    for name, _, _ in fmnist.FILES.values():
+        shutil.copy(src / name, tmp_path / name)
+    return tmp_path
+
+
+def test_truncated_data_file(fmnist_available, tmp_path):
+    data = _copy_data(fmnist_available, tmp_path)
+    path = data / "train-images-idx3-ubyte.gz"
+    raw = gzip.open(path).read()
+    with gzip.open(path, "wb") as fh:
+        fh.write(raw[: len(raw) // 2])
+    proc = psbench("run", "--benchmark", "fmnist-cnn", "--steps", "10", "--data-dir", str(data))
+    assert_one_line_error(proc, "truncated")
+
+
+def test_wrong_magic_number(fmnist_available, tmp_path):
+    data = _copy_data(fmnist_available, tmp_path)
+    path = data / "t10k-labels-idx1-ubyte.gz"
+    raw = bytearray(gzip.open(path).read())
+    raw[:4] = struct.pack(">i", 2051)
+    with gzip.open(path, "wb") as fh:
+        fh.write(bytes(raw))
+    proc = psbench("run", "--benchmark", "fmnist-cnn", "--steps", "10", "--data-dir", str(data))
+    assert_one_line_error(proc, "wrong magic number 2051")
+
+
+def test_not_gzip(fmnist_available, tmp_path):
+    data = _copy_data(fmnist_available, tmp_path)
+    (data / "train-labels-idx1-ubyte.gz").write_bytes(b"hello, not a gzip file")
+    proc = psbench("run", "--benchmark", "fmnist-cnn", "--steps", "10", "--data-dir", str(data))
+    assert_one_line_error(proc, "not a readable gzip file")
+
+
+def test_out_dir_already_used(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    proc = psbench("run", *SYN, "--out", str(tmp_path))
+    assert_one_line_error(proc, "already holds a run")
+
+
+def test_dry_run_prints_mpirun_line(tmp_path):
+    proc = psbench("run", *SYN, "--workers", "3", "--out", str(tmp_path / "d"), "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    line = proc.stdout.strip()
+    assert "--with-ft ulfm" in line and "-np 5" in line and "psmodes.main" in line
+    assert not (tmp_path / "d" / "events").exists()  # nothing started
+
+
+def test_doctor_reports_missing_data(tmp_path):
+    proc = psbench("doctor", "--data-dir", str(tmp_path))
+    assert proc.returncode == 1
+    assert "ULFM (fault tolerance)" in proc.stdout
+    assert "Fashion-MNIST not found" in proc.stderr
