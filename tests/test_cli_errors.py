@@ -27,7 +27,8 @@ def assert_one_line_error(proc, *needles: str) -> None:
     (SYN[:2] + ["--mode", "raid5", "--steps", "10"], "unknown mode 'raid5'"),
     (SYN + ["--workers", "0"], "--workers must be a positive integer"),
     (SYN + ["--workers", "two"], "invalid int value"),
-    (["--benchmark", "synthetic", "--duration", "-5s"], "must be positive"),
+    (["--benchmark", "synthetic", "--duration=-5s"], "must be positive"),
+    (["--benchmark", "synthetic", "--duration", "-5s"], "expected one argument"),
     (["--benchmark", "synthetic", "--duration", "soon"], "is not a duration"),
     (["--benchmark", "synthetic", "--duration", "0"], "must be positive"),
     (["--benchmark", "synthetic"], "--steps N or --duration"),
@@ -35,7 +36,7 @@ def assert_one_line_error(proc, *needles: str) -> None:
     (SYN + ["--kill-ps", "step:x"], "step:N"),
     (SYN + ["--replay", "magic"], "unknown replay policy"),
     (SYN + ["--kill-replica", "5s"], "needs --mode chain"),
-    (SYN + ["--restart-delay", "-1s"], "must be positive"),
+    (SYN + ["--restart-delay=-1s"], "must be positive"),
     (SYN + ["--bogus-flag"], "unrecognized arguments"),
 ])
 def test_bad_options(args, needle):
