@@ -3,7 +3,7 @@
 control channel survivors use to agree on repairs.
 
 Control flow for repairs uses two exceptions: :class:`~psmodes.transport.PeerFailed`
-(a death was detected: revoke, shrink) and :class:`RespawnNow` (the leader
+(a death was detected: shrink) and :class:`RespawnNow` (the leader
 announced that the missing roles are to be spawned now: everyone calls
 :meth:`Context.respawn`). Waits on peers call :meth:`Context.idle` between
 polls, which is where a pending announcement is noticed.
@@ -59,9 +59,17 @@ class Context:
 
     # ---- repair protocol
     def after_failure(self, exc: transport.PeerFailed, via: str) -> list:
-        """Revoke, shrink and post the wait for the leader's next announcement."""
+        """Shrink and post the wait for the leader's next announcement.
+
+        No MPI_Comm_revoke: on a communicator that was merged with a spawned
+        replacement, revoking it was seen (Open MPI 5.0.11) to leave later
+        point-to-point messages between survivors undelivered, a hang in one run
+        out of two. Instead every rank that waits on the world does so with an
+        ANY_SOURCE receive, which ULFM fails with ERR_PROC_FAILED_PENDING as soon
+        as any member of the communicator has died, so each rank notices on its
+        own; the workers are told by the leader.
+        """
         t_detect = time.time()
-        self.cluster.revoke()
         dead = self.cluster.shrink()
         self.log.emit("detect", via=via, error=str(exc), t_detect=t_detect,
                       dead=[r.label for r in dead], role=self.cluster.me.label, rank=self.cluster.rank)

@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import torch
+from mpi4py import MPI
 
 from . import transport as tp
 from .context import Context, RespawnNow, RunFailed
@@ -67,7 +68,7 @@ class Evaluator:
         ctx = self.ctx
         while True:
             c = ctx.cluster
-            hdr, _ = tp.recv_header(c.world, c.ps, tp.TAG_EVAL, ctx.outage_timeout + ctx.cfg.eval_interval_s,
+            hdr, _ = tp.recv_header(c.world, MPI.ANY_SOURCE, tp.TAG_EVAL, ctx.outage_timeout + ctx.cfg.eval_interval_s,
                                     "evaluator waits for a snapshot", on_idle=ctx.idle)
             tp.recv_payload(c.world, self.flat.weights.numpy(), c.ps, tp.TAG_EVAL, ctx.peer_timeout, "evaluator receives")
             final = bool(hdr[2])

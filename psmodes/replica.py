@@ -10,6 +10,7 @@ then turns into a :class:`~psmodes.server.ParameterServer` with its state.
 from __future__ import annotations
 
 import torch
+from mpi4py import MPI
 
 from . import transport as tp
 from .context import Context, RespawnNow, RunFailed
@@ -52,7 +53,7 @@ class Replica:
         while True:
             c = ctx.cluster
             pred = c.rank - 1
-            hdr, _ = tp.recv_header(c.world, pred, tp.TAG_CHAIN, ctx.outage_timeout, "replica waits for state",
+            hdr, _ = tp.recv_header(c.world, MPI.ANY_SOURCE, tp.TAG_CHAIN, ctx.outage_timeout, "replica waits for state",
                                     on_idle=ctx.idle)
             succ = c.rank + 1 if c.rank + 1 < len(c.roles) and c.roles[c.rank + 1].kind == "replica" else None
             if hdr[0] == tp.STOP:

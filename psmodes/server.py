@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from mpi4py import MPI
 
 from . import checkpoint as ckpt
 from . import transport as tp
@@ -119,7 +120,7 @@ class ParameterServer:
         ctx = self.ctx
         world, c = ctx.cluster.world, ctx.cluster
         while not self.stopped:
-            hdr, _ = tp.recv_header(world, c.leader, tp.TAG_TO_PS, ctx.outage_timeout, "PS waits for the leader",
+            hdr, _ = tp.recv_header(world, MPI.ANY_SOURCE, tp.TAG_TO_PS, ctx.outage_timeout, "PS waits for the leader",
                                     on_idle=self._idle)
             if hdr[0] == tp.HELLO:
                 self._hello(hdr)
@@ -218,7 +219,7 @@ class ParameterServer:
         self._repl_reqs = tp.isend(c.world, hdr, self._repl_buf.numpy(), c.replicas[0], tp.TAG_CHAIN)
         if wait_ack:
             tp.wait(self._repl_reqs, ctx.peer_timeout, "replicate to the chain")
-            ack, _ = tp.recv_header(c.world, c.replicas[-1], tp.TAG_ACK, ctx.peer_timeout, "tail acknowledges")
+            ack, _ = tp.recv_header(c.world, MPI.ANY_SOURCE, tp.TAG_ACK, ctx.peer_timeout, "tail acknowledges")
             if ack[1] != self.opt.version:
                 raise RunFailed(f"tail acknowledged version {ack[1]}, head is at {self.opt.version}")
 

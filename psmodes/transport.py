@@ -23,6 +23,7 @@ TAG_EVAL = 13        # PS -> evaluator: weight snapshot
 TAG_CHAIN = 14       # head -> replica -> ... -> tail: state
 TAG_ACK = 15         # tail -> head: replication acknowledged
 TAG_HANDOVER = 16    # survivors -> replacement PS: state hand-over
+TAG_CTRL = 17        # leader -> workers: control header
 
 # header kinds
 GRAD, WEIGHTS, STOP, SNAPSHOT, STATE, ACK, HELLO, BUFFERED = range(1, 9)

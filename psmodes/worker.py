@@ -86,7 +86,15 @@ class Worker:
         tp.wait(req, timeout, what)
 
     def _sync_ctrl(self) -> np.ndarray:
-        self._bcast(self.ctrl, "control broadcast", self.ctx.outage_timeout)
+        """The leader's control header to every worker, point to point: a
+        non-blocking broadcast here was seen to stay undelivered when the
+        leader went straight into MPI_Comm_shrink after it."""
+        comm, timeout = self.ctrl_comm, self.ctx.outage_timeout
+        if self.leader:
+            reqs = [comm.Isend(self.ctrl, r, tp.TAG_CTRL) for r in range(1, comm.Get_size())]
+        else:
+            reqs = [comm.Irecv(self.ctrl, 0, tp.TAG_CTRL)]
+        tp.wait(reqs, timeout, "control header")
         return self.ctrl
 
     # ---- the loop
@@ -111,6 +119,7 @@ class Worker:
                     ctx.after_failure(tp.PeerFailed("leader reported the PS dead", MPI.ERR_PROC_FAILED), via="worker")
                 elif action == ACT_SPAWN:
                     ctx.respawn()
+                    self.ctrl_comm = ctx.cluster.workers
                 if self.leader:
                     self._reconnect()
                 self._sync_ctrl()
@@ -180,7 +189,7 @@ class Worker:
         tp.send(c.world, tp.header(tp.GRAD, self.version), self.flat.grads.numpy(), c.ps, tp.TAG_TO_PS,
                 ctx.peer_timeout, "leader sends gradient")
         self.pending = True
-        hdr, _ = tp.recv_header(c.world, c.ps, tp.TAG_FROM_PS, ctx.peer_timeout, "leader waits for weights")
+        hdr, _ = tp.recv_header(c.world, MPI.ANY_SOURCE, tp.TAG_FROM_PS, ctx.peer_timeout, "leader waits for weights")
         tp.recv_payload(c.world, self.weights_in, c.ps, tp.TAG_FROM_PS, ctx.peer_timeout, "leader receives weights")
         self.pending = False
         self.version, self.t0_ms = int(hdr[1]), int(hdr[3])
@@ -194,7 +203,6 @@ class Worker:
             log.emit("failed", reason=f"PS died ({exc}); mode none has no recovery")
             self._set_ctrl(False, stop=FAILED)
             return
-        self.ctx.cluster.revoke()
         self.ps_up = False
         # the exchange began right after this step's compute; idle time starts there
         self.outage = {"t_start": t_send, "compute_s": 0.0, "t_detect": time.time(), "version": self.version}
@@ -239,7 +247,7 @@ class Worker:
             tp.wait(reqs, ctx.peer_timeout, "hand-over to the replacement PS")
             ctx.log.emit("handover", buffered=buf.count, dropped=buf.dropped, policy=cfg.replay,
                          staleness=buf.staleness)
-        hdr, _ = tp.recv_header(c.world, c.ps, tp.TAG_FROM_PS, ctx.outage_timeout, "leader waits for the PS")
+        hdr, _ = tp.recv_header(c.world, MPI.ANY_SOURCE, tp.TAG_FROM_PS, ctx.outage_timeout, "leader waits for the PS")
         tp.recv_payload(c.world, self.weights_in, c.ps, tp.TAG_FROM_PS, ctx.peer_timeout, "leader receives weights")
         self.version, self.t0_ms = int(hdr[1]), int(hdr[3])
         self.pending = False

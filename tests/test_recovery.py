@@ -92,16 +92,8 @@ def test_stateless_workers_keep_training_and_every_update_is_applied(tmp_path):
     assert rec["idle_s"] <= det + startup_s + step_s + 1.0, (rec, det, startup_s)
 
 
-SECOND_KILL_BUG = pytest.mark.xfail(
-    reason="known bug: after the SIGKILL of a *spawned* replacement PS, MPI_Comm_revoke/shrink on the "
-           "merged communicator intermittently hang (Open MPI 5.0.11 ULFM); the run's deadline ends it",
-    strict=False)
-
-
 @pytest.mark.parametrize("mode", [
-    pytest.param("checkpoint", marks=SECOND_KILL_BUG),
-    "chain",  # the promoted head is an original process, and this passes
-    pytest.param("stateless", marks=SECOND_KILL_BUG),
+    "checkpoint", "chain", "stateless",
 ])
 def test_two_kills_second_hits_the_replacement(tmp_path, mode):
     extra = ["--replicas", "2"] if mode == "chain" else []
