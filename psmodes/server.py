@@ -119,6 +119,9 @@ class ParameterServer:
     def _serve(self) -> None:
         ctx = self.ctx
         world, c = ctx.cluster.world, ctx.cluster
+        if self.stateless_empty:
+            # tell the leader we can take the hand-over; the workers train on until then
+            tp.send(world, tp.header(tp.READY), None, c.leader, tp.TAG_FROM_PS, ctx.peer_timeout, "PS ready")
         while not self.stopped:
             hdr, _ = tp.recv_header(world, MPI.ANY_SOURCE, tp.TAG_TO_PS, ctx.outage_timeout, "PS waits for the leader",
                                     on_idle=self._idle)

@@ -26,7 +26,7 @@ TAG_HANDOVER = 16    # survivors -> replacement PS: state hand-over
 TAG_CTRL = 17        # leader -> workers: control header
 
 # header kinds
-GRAD, WEIGHTS, STOP, SNAPSHOT, STATE, ACK, HELLO, BUFFERED = range(1, 9)
+GRAD, WEIGHTS, STOP, SNAPSHOT, STATE, ACK, HELLO, BUFFERED, READY = range(1, 10)
 HEADER_LEN = 8
 
 FAILURE_CLASSES = {MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING, MPI.ERR_REVOKED}

@@ -65,6 +65,8 @@ class Worker:
         self.buffer: UpdateBuffer | None = None
         self.local_opt: FlatSGD | None = None
         self.outage: dict | None = None
+        self.ready_req: MPI.Request | None = None
+        self.ready_buf = np.zeros(tp.HEADER_LEN, dtype=np.int64)
         self.samples_per_step = ctx.batch_size * cfg.workers
         self.last_loss = float("nan")
 
@@ -174,6 +176,20 @@ class Worker:
                          samples=self.samples_per_step, compute_s=round(compute_s, 6), loss=round(self.last_loss, 5))
         else:
             time.sleep(0.01)  # nothing to do but wait for the repair
+        if self.ready_req is not None:
+            try:
+                ready = tp.test(self.ready_req, "wait for the replacement PS")
+            except tp.PeerFailed as exc:  # the replacement died before it was ready
+                self.ready_req = None
+                self._ps_lost(exc, time.time(), 0.0)
+                return
+            if ready:
+                self.ready_req = None
+                stop = self._connect(pending=False)
+                if stop:
+                    self._recovered()
+                self._set_ctrl(True, stop=DONE if stop else RUNNING)
+                return
         self._set_ctrl(new_weights, action=self._repair_action())
 
     def _repair_action(self) -> int:
@@ -204,10 +220,11 @@ class Worker:
             self._set_ctrl(False, stop=FAILED)
             return
         self.ps_up = False
-        # the exchange began right after this step's compute; idle time starts there
-        self.outage = {"t_start": t_send, "compute_s": 0.0, "t_detect": time.time(), "version": self.version}
+        if self.outage is None:
+            # the exchange began right after this step's compute; idle time starts there
+            self.outage = {"t_start": t_send, "compute_s": 0.0, "t_detect": time.time(), "version": self.version}
         self.repair_due = time.monotonic() + cfg.restart_delay_s
-        if cfg.mode == "stateless":
+        if cfg.mode == "stateless" and self.buffer is None:
             self.buffer = UpdateBuffer(cfg.replay, self.numel)
             if cfg.replay == "local":
                 self.local_opt = FlatSGD(self.flat.weights, self.ctx.lr, cfg.momentum)
@@ -225,6 +242,11 @@ class Worker:
         if c.roles[0].kind != "ps":
             self._set_ctrl(False)
             return
+        if self.buffer is not None and c.generation > 0:
+            # stateless: a cold replacement; keep buffering until it says READY
+            self.ready_req = c.world.Irecv(self.ready_buf, MPI.ANY_SOURCE, tp.TAG_FROM_PS)
+            self._set_ctrl(self.local_opt is not None)
+            return
         stop = self._connect(pending=self.pending)
         if stop and self.outage is not None:
             self._recovered()  # the run ends right at the reconnection
@@ -241,12 +263,18 @@ class Worker:
         if pending and not handover:
             tp.wait(c.world.Isend(self.flat.grads.numpy(), c.ps, tp.TAG_TO_PS), ctx.peer_timeout, "re-send gradient")
         if handover:
+            t_handover = time.perf_counter()
             weights = self.flat.weights.numpy() if self.local_opt is not None else self.weights_in
             reqs = [c.world.Isend(weights, c.ps, tp.TAG_HANDOVER)]
             reqs += [c.world.Isend(v.numpy(), c.ps, tp.TAG_HANDOVER) for v in vectors]
             tp.wait(reqs, ctx.peer_timeout, "hand-over to the replacement PS")
             ctx.log.emit("handover", buffered=buf.count, dropped=buf.dropped, policy=cfg.replay,
-                         staleness=buf.staleness)
+                         staleness=buf.staleness, vectors=len(vectors),
+                         seconds=time.perf_counter() - t_handover)
+            if self.outage is not None:
+                self.outage["buffered"] = self.outage.get("buffered", 0) + buf.count
+                self.outage["dropped"] = self.outage.get("dropped", 0) + buf.dropped
+            self.buffer, self.local_opt = None, None  # handed over: never sent twice
         hdr, _ = tp.recv_header(c.world, MPI.ANY_SOURCE, tp.TAG_FROM_PS, ctx.outage_timeout, "leader waits for the PS")
         tp.recv_payload(c.world, self.weights_in, c.ps, tp.TAG_FROM_PS, ctx.peer_timeout, "leader receives weights")
         self.version, self.t0_ms = int(hdr[1]), int(hdr[3])
@@ -259,11 +287,10 @@ class Worker:
 
     def _recovered(self) -> None:
         o, now = self.outage, time.time()
-        buf = self.buffer
         self.ctx.log.emit(
             "recovered", mode=self.ctx.cfg.mode, t_outage_start=o["t_start"], t_detect=o["t_detect"],
             idle_s=max(0.0, (now - o["t_start"]) - o["compute_s"]),
             lost_steps=o.get("lost_steps", 0),
-            buffered_updates=buf.count if buf else 0, dropped_updates=buf.dropped if buf else 0,
+            buffered_updates=o.get("buffered", 0), dropped_updates=o.get("dropped", 0),
             version_before=o["version"], version_after=self.version)
         self.outage, self.buffer, self.local_opt = None, None, None
