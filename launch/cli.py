@@ -46,6 +46,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     r = p.add_argument_group("recovery")
     r.add_argument("--mode", default="none", help=f"one of: {', '.join(MODES)}")
     r.add_argument("--checkpoint-every", type=int, default=100, help="checkpoint mode: K updates")
+    r.add_argument("--checkpoint-sync", action="store_true",
+                   help="checkpoint: wait for each write (lost steps <= K strictly, at a throughput cost)")
     r.add_argument("--replicas", type=int, default=1, help="chain mode: replicas behind the head")
     r.add_argument("--replicate-every", type=int, default=1, help="chain mode: K (1 = strict)")
     r.add_argument("--restart-delay", default="10s", help="time before a replacement is spawned")
@@ -73,7 +75,7 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
         seed=a.seed, batch_size=a.batch_size, lr=a.lr, momentum=a.momentum, model_params=a.model_params,
         data_dir=a.data_dir, evaluator=not a.no_evaluator,
         eval_interval_s=parse_duration(a.eval_interval, "--eval-interval"), eval_samples=a.eval_samples,
-        checkpoint_every=a.checkpoint_every, replicas=a.replicas, replicate_every=a.replicate_every,
+        checkpoint_every=a.checkpoint_every, checkpoint_sync=a.checkpoint_sync, replicas=a.replicas, replicate_every=a.replicate_every,
         restart_delay_s=0.0 if str(a.restart_delay).strip() in ("0", "0s") else parse_duration(a.restart_delay, "--restart-delay"),
         replay=a.replay, kill_ps=list(a.kill_ps), kill_replica=list(a.kill_replica),
         peer_timeout_s=parse_duration(a.peer_timeout, "--peer-timeout"),

@@ -114,6 +114,9 @@ class BackgroundWriter:
             self.on_written(state["version"], path, time.monotonic() - t0)
             self._idle.set()
 
+    def wait_idle(self, timeout: float = 60.0) -> None:
+        self._idle.wait(timeout)
+
     def close(self, timeout: float = 60.0) -> None:
         self._idle.wait(timeout)
         self._queue.put(None)

@@ -60,6 +60,7 @@ class RunConfig:
     eval_samples: int = 2000        # test images per periodic evaluation; the final one uses all
     # recovery
     checkpoint_every: int = 100
+    checkpoint_sync: bool = False   # write on the critical path: lost steps <= K strictly
     replicas: int = 1
     replicate_every: int = 1
     restart_delay_s: float = 10.0

@@ -150,6 +150,8 @@ class ParameterServer:
             state = ckpt.make_state(self.opt.weights, self.opt.buf, v, cfg.seed)
             copy_s = time.perf_counter() - t0
             waited = self.writer.submit(state)
+            if cfg.checkpoint_sync:
+                self.writer.wait_idle(self.ctx.peer_timeout)
             self.ctx.log.emit("checkpoint_start", version=v, copy_s=copy_s, waited_s=waited)
 
     def _reply(self) -> None:

@@ -49,6 +49,27 @@ def test_checkpoint_resumes_from_newest_checkpoint(tmp_path):
     assert s["final_accuracy"] is not None
 
 
+def test_checkpoint_sync_loses_at_most_k(tmp_path):
+    k = 10
+    out, s = run_ok(tmp_path, *SYN, "--mode", "checkpoint", "--checkpoint-every", str(k), "--checkpoint-sync",
+                    "--duration", "12s", "--kill-ps", "step:333")
+    (resume,) = events(out, "resume")
+    (detect,) = leader_detections(out)
+    assert resume["from_version"] % k == 0 and resume["from_version"] <= detect["version"]
+    assert 0 <= s["recoveries"][0]["lost_steps"] <= k
+
+
+def test_chain_replica_death_is_repaired(tmp_path):
+    out, s = run_ok(tmp_path, *SYN, "--mode", "chain", "--replicas", "2", "--duration", "14s",
+                    "--kill-replica", "4s")
+    (kill,) = s["kills"]
+    assert kill["role"] == "replica2"
+    assert s["detections"] and s["recoveries"][0]["lost_steps"] == 0
+    respawned = events(out, "respawned", "worker0")
+    assert respawned and respawned[0]["spawned"] == ["replica2"]
+    assert any(e["who"] == "replica2-gen1" for e in events(out, "done"))
+
+
 def test_chain_strict_failover_loses_nothing(tmp_path):
     out, s = run_ok(tmp_path, *SYN, "--mode", "chain", "--replicas", "2", "--replicate-every", "1",
                     "--duration", "14s", "--kill-ps", "5s")
