@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from psmodes.config import RunConfig
-from psmodes.events import EventLog, read_events
+from psmodes.events import EventLog
 
 from .faults import Injector, parse_kills
 from .mpirun import mpirun_command, mpirun_env

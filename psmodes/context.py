@@ -76,6 +76,26 @@ class Context:
         self._post_action()
         return dead
 
+    def resilient(self, body, via: str, after_failure=None, after_respawn=None):
+        """Run a role's loop ``body`` until it returns, repairing around it.
+
+        A detected death shrinks the world (mode ``none``: the run fails); an
+        announced respawn is joined. ``after_failure`` may return a result to
+        end the loop (a replica promoted to head runs on as the PS)."""
+        while True:
+            try:
+                return body()
+            except transport.PeerFailed as exc:
+                if self.cfg.mode == "none":
+                    raise RunFailed(f"a peer died and mode none has no recovery ({exc})") from None
+                self.after_failure(exc, via=via)
+                if after_failure is not None and (result := after_failure()) is not None:
+                    return result
+            except RespawnNow:
+                self.respawn()
+                if after_respawn is not None:
+                    after_respawn()
+
     def _post_action(self) -> None:
         if self.cluster.leader is None:
             raise RunFailed("the leader worker died; the run cannot continue")

@@ -14,7 +14,7 @@ import torch
 from mpi4py import MPI
 
 from . import transport as tp
-from .context import Context, RespawnNow, RunFailed
+from .context import Context
 from .flatparams import FlatParams
 
 
@@ -52,17 +52,7 @@ class Evaluator:
         self.sub_x, self.sub_y = self.x[subset], self.y[subset]
 
     def run(self) -> None:
-        ctx = self.ctx
-        while True:
-            try:
-                if self._loop():
-                    return
-            except tp.PeerFailed as exc:
-                if ctx.cfg.mode == "none":
-                    raise RunFailed(f"the PS died and mode none has no recovery ({exc})") from None
-                ctx.after_failure(exc, via="evaluator")
-            except RespawnNow:
-                ctx.respawn()
+        self.ctx.resilient(self._loop, via="evaluator")
 
     def _loop(self) -> bool:
         ctx = self.ctx

@@ -13,7 +13,7 @@ import torch
 from mpi4py import MPI
 
 from . import transport as tp
-from .context import Context, RespawnNow, RunFailed
+from .context import Context, RunFailed
 from .server import ParameterServer, build_flat, write_pid_file
 from .sgd import FlatSGD
 
@@ -31,21 +31,18 @@ class Replica:
         write_pid_file(ctx, ctx.cluster.me.label)
 
     def run(self) -> None:
+        self.ctx.resilient(self._follow, via="replica", after_failure=self._after_failure,
+                           after_respawn=lambda: write_pid_file(self.ctx, self.ctx.cluster.me.label))
+
+    def _after_failure(self) -> bool | None:
+        """Promoted to head: run on as the PS with the replicated state."""
         ctx = self.ctx
-        while True:
-            try:
-                if self._follow():
-                    return
-            except tp.PeerFailed as exc:
-                ctx.after_failure(exc, via=ctx.cluster.me.label)
-                if ctx.cluster.me.kind == "ps":
-                    ctx.log.emit("promoted", version=self.version, role="ps")
-                    ParameterServer(ctx, opt=self.opt, prev=self.prev, t0_ms=self.t0_ms, fresh=False).run()
-                    return
-                write_pid_file(ctx, ctx.cluster.me.label)
-            except RespawnNow:
-                ctx.respawn()
-                write_pid_file(ctx, ctx.cluster.me.label)
+        if ctx.cluster.me.kind == "ps":
+            ctx.log.emit("promoted", version=self.version, role="ps")
+            ParameterServer(ctx, opt=self.opt, prev=self.prev, t0_ms=self.t0_ms, fresh=False).run()
+            return True
+        write_pid_file(ctx, ctx.cluster.me.label)  # moved up the chain
+        return None
 
     def _follow(self) -> bool:
         """Follow the chain until STOP (True)."""

@@ -25,7 +25,7 @@ from mpi4py import MPI
 
 from . import checkpoint as ckpt
 from . import transport as tp
-from .context import Context, RespawnNow, RunFailed
+from .context import Context, RunFailed
 from .flatparams import FlatParams, digest
 from .replay import POLICY_CODES, apply_buffered
 from .sgd import FlatSGD
@@ -103,18 +103,9 @@ class ParameterServer:
         ctx = self.ctx
         if not self.started and self.writer is not None:
             self.writer.submit(ckpt.make_state(self.opt.weights, self.opt.buf, self.opt.version, ctx.cfg.seed))
-        while True:
-            try:
-                self._serve()
-                return
-            except tp.PeerFailed as exc:
-                if ctx.cfg.mode == "none":
-                    raise RunFailed(f"a peer of the PS died ({exc})") from None
-                ctx.after_failure(exc, via="ps")
-            except RespawnNow:
-                ctx.respawn()
-                if ctx.cfg.mode == "chain":
-                    self._replicate(wait_ack=True)
+        # after a respawn in chain mode the new tail gets the whole state at once
+        ctx.resilient(self._serve, via="ps",
+                      after_respawn=(lambda: self._replicate(wait_ack=True)) if ctx.cfg.mode == "chain" else None)
 
     def _serve(self) -> None:
         ctx = self.ctx

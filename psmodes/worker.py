@@ -147,7 +147,7 @@ class Worker:
         self.ctrl[:] = (int(new_weights), self.version, stop, action, int(compute), self.t0_ms, 0, 0)
 
     def _lead(self, computed: bool, compute_s: float) -> None:
-        cfg, log = self.ctx.cfg, self.ctx.log
+        log = self.ctx.log
         now = time.time()
         if self.ps_up:
             t_send = now
