@@ -54,7 +54,11 @@ class Worker:
         self.allreducer = Allreducer(cfg.allreduce, worker_comm, ctx.device)
         self.loss_fn = torch.nn.CrossEntropyLoss()
         self.numel = self.flat.numel
-        self.weights_in = np.zeros(self.numel, dtype=np.float32)
+        # host buffers: what travels over MPI (the model may live on a GPU)
+        self.weights_in = np.zeros(self.numel, dtype=np.float32)  # the last weights received
+        self.recv_buf = np.zeros(self.numel, dtype=np.float32)    # staging: a cut receive never tears weights_in
+        on_cpu = ctx.device.type == "cpu"
+        self.grad_host = self.flat.grads if on_cpu else torch.empty(self.numel).pin_memory()
         self.ctrl = np.zeros(tp.HEADER_LEN, dtype=np.int64)
         # leader state
         self.version = -1
@@ -79,7 +83,13 @@ class Worker:
         self.flat.grads.zero_()
         loss = self.loss_fn(self.flat.model(inputs), target)
         loss.backward()
-        self.allreducer.average_(self.flat.grads, self.ctx.peer_timeout)
+        if self.allreducer.on_device:  # NCCL Horovod: reduce on the GPU, then stage
+            self.allreducer.average_(self.flat.grads, self.ctx.peer_timeout)
+            self.grad_host.copy_(self.flat.grads)
+        else:
+            if self.grad_host is not self.flat.grads:
+                self.grad_host.copy_(self.flat.grads)
+            self.allreducer.average_(self.grad_host, self.ctx.peer_timeout)
         self.last_loss = loss.item()
         return time.perf_counter() - t0
 
@@ -167,10 +177,9 @@ class Worker:
         if computed:
             self.outage["compute_s"] += compute_s
             if self.buffer is not None:
-                self.buffer.add(self.flat.grads)
+                self.buffer.add(self.grad_host)
                 if self.local_opt is not None:
-                    self.local_opt.step(self.flat.grads)
-                    self.weights_in[:] = self.flat.weights.numpy()
+                    self.local_opt.step(self.grad_host)  # updates weights_in in place
                     new_weights = True
                 log.emit("step", version=self.version, applied=False, buffered=self.buffer.count,
                          samples=self.samples_per_step, compute_s=round(compute_s, 6), loss=round(self.last_loss, 5))
@@ -202,14 +211,19 @@ class Worker:
 
     def _exchange(self) -> bool:
         c, ctx = self.ctx.cluster, self.ctx
-        tp.send(c.world, tp.header(tp.GRAD, self.version), self.flat.grads.numpy(), c.ps, tp.TAG_TO_PS,
+        tp.send(c.world, tp.header(tp.GRAD, self.version), self.grad_host.numpy(), c.ps, tp.TAG_TO_PS,
                 ctx.peer_timeout, "leader sends gradient")
         self.pending = True
         hdr, _ = tp.recv_header(c.world, MPI.ANY_SOURCE, tp.TAG_FROM_PS, ctx.peer_timeout, "leader waits for weights")
-        tp.recv_payload(c.world, self.weights_in, c.ps, tp.TAG_FROM_PS, ctx.peer_timeout, "leader receives weights")
+        self._recv_weights()
         self.pending = False
         self.version, self.t0_ms = int(hdr[1]), int(hdr[3])
         return bool(hdr[2])
+
+    def _recv_weights(self) -> None:
+        c = self.ctx.cluster
+        tp.recv_payload(c.world, self.recv_buf, c.ps, tp.TAG_FROM_PS, self.ctx.peer_timeout, "leader receives weights")
+        self.weights_in, self.recv_buf = self.recv_buf, self.weights_in
 
     def _ps_lost(self, exc: tp.PeerFailed, t_send: float, compute_s: float) -> None:
         cfg, log = self.ctx.cfg, self.ctx.log
@@ -227,12 +241,12 @@ class Worker:
         if cfg.mode == "stateless" and self.buffer is None:
             self.buffer = UpdateBuffer(cfg.replay, self.numel)
             if cfg.replay == "local":
-                self.local_opt = FlatSGD(self.flat.weights, self.ctx.lr, cfg.momentum)
+                # the workers' own copy: the last weights received, stepped in place
+                self.local_opt = FlatSGD(torch.from_numpy(self.weights_in), self.ctx.lr, cfg.momentum)
             if self.pending:  # the gradient the dead PS never answered is the first buffered update
-                self.buffer.add(self.flat.grads)
+                self.buffer.add(self.grad_host)
                 if self.local_opt is not None:
-                    self.local_opt.step(self.flat.grads)
-                    self.weights_in[:] = self.flat.weights.numpy()
+                    self.local_opt.step(self.grad_host)
                 self.pending = False
         self._set_ctrl(self.local_opt is not None, action=ACT_SHRINK)
 
@@ -261,11 +275,11 @@ class Worker:
                         self.t0_ms, POLICY_CODES[cfg.replay], len(vectors))
         tp.send(c.world, hdr, None, c.ps, tp.TAG_TO_PS, ctx.peer_timeout, "leader says hello")
         if pending and not handover:
-            tp.wait(c.world.Isend(self.flat.grads.numpy(), c.ps, tp.TAG_TO_PS), ctx.peer_timeout, "re-send gradient")
+            tp.wait(c.world.Isend(self.grad_host.numpy(), c.ps, tp.TAG_TO_PS), ctx.peer_timeout, "re-send gradient")
         if handover:
             t_handover = time.perf_counter()
-            weights = self.flat.weights.numpy() if self.local_opt is not None else self.weights_in
-            reqs = [c.world.Isend(weights, c.ps, tp.TAG_HANDOVER)]
+            # the frozen last weights, or (local) the workers' stepped copy: both are weights_in
+            reqs = [c.world.Isend(self.weights_in, c.ps, tp.TAG_HANDOVER)]
             reqs += [c.world.Isend(v.numpy(), c.ps, tp.TAG_HANDOVER) for v in vectors]
             tp.wait(reqs, ctx.peer_timeout, "hand-over to the replacement PS")
             ctx.log.emit("handover", buffered=buf.count, dropped=buf.dropped, policy=cfg.replay,
@@ -276,7 +290,7 @@ class Worker:
                 self.outage["dropped"] = self.outage.get("dropped", 0) + buf.dropped
             self.buffer, self.local_opt = None, None  # handed over: never sent twice
         hdr, _ = tp.recv_header(c.world, MPI.ANY_SOURCE, tp.TAG_FROM_PS, ctx.outage_timeout, "leader waits for the PS")
-        tp.recv_payload(c.world, self.weights_in, c.ps, tp.TAG_FROM_PS, ctx.peer_timeout, "leader receives weights")
+        self._recv_weights()
         self.version, self.t0_ms = int(hdr[1]), int(hdr[3])
         self.pending = False
         self.ps_up = True

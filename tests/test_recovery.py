@@ -123,3 +123,21 @@ def test_two_kills_second_hits_the_replacement(tmp_path, mode):
     if mode != "chain":
         assert kills[1]["generation"] >= 1  # the second kill hit a replacement
     assert len(s["recoveries"]) == 2
+
+
+@pytest.mark.parametrize("policy", ["paper", "mean", "staleness", "local"])
+def test_stateless_replay_policies(tmp_path, policy):
+    out, s = run_ok(tmp_path, *SYN, "--mode", "stateless", "--replay", policy, "--duration", "12s",
+                    "--kill-ps", "4s")
+    (handover,) = events(out, "handover")
+    (replayed,) = events(out, "replayed")
+    assert handover["buffered"] == replayed["applied"] == s["recoveries"][0]["buffered_updates"] > 0
+    assert replayed["policy"] == policy
+    # every buffered gradient counts as one PS version, whatever the policy
+    assert replayed["version"] == handover_version(out) + handover["buffered"]
+    assert s["final_accuracy"] > 0.5  # the hand-over did not wreck the model
+
+
+def handover_version(out):
+    (hello,) = [h for h in events(out, "hello", "ps-gen1")]
+    return hello["leader_version"]
