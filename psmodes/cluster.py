@@ -30,7 +30,6 @@ class Cluster:
         self.roles = roles
         self.me = me
         self.generation = generation
-        self.workers: MPI.Intracomm | None = None  # set by each respawn (see _reorder)
 
     # ---- lookups
     def rank_of(self, kind: str, index: int = 0) -> int | None:
@@ -99,14 +98,6 @@ class Cluster:
         world.Set_errhandler(MPI.ERRORS_RETURN)
         self.world = world
         self.roles = sorted(full, key=sort_key)
-        # A fresh workers-only communicator for the control channel. Messages on
-        # the one made at start-up were seen to go undelivered after the death of
-        # a spawned replacement (Open MPI 5.0.11 ULFM); one made in the new
-        # universe does not show it.
-        color = 1 if self.me.kind == "worker" else MPI.UNDEFINED
-        self.workers = transport.call(world.Split, "split workers", color, self.me.index)
-        if self.workers != MPI.COMM_NULL:
-            self.workers.Set_errhandler(MPI.ERRORS_RETURN)
 
     @classmethod
     def join_as_spawned(cls, me: Role, full: list[Role], generation: int) -> "Cluster":

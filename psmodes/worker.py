@@ -98,9 +98,8 @@ class Worker:
         tp.wait(req, timeout, what)
 
     def _sync_ctrl(self) -> np.ndarray:
-        """The leader's control header to every worker, point to point: a
-        non-blocking broadcast here was seen to stay undelivered when the
-        leader went straight into MPI_Comm_shrink after it."""
+        """The leader's control header to every worker (point to point: W-1
+        64-byte messages, and a wait that can report which peer failed)."""
         comm, timeout = self.ctrl_comm, self.ctx.outage_timeout
         if self.leader:
             reqs = [comm.Isend(self.ctrl, r, tp.TAG_CTRL) for r in range(1, comm.Get_size())]
@@ -131,7 +130,6 @@ class Worker:
                     ctx.after_failure(tp.PeerFailed("leader reported the PS dead", MPI.ERR_PROC_FAILED), via="worker")
                 elif action == ACT_SPAWN:
                     ctx.respawn()
-                    self.ctrl_comm = ctx.cluster.workers
                 if self.leader:
                     self._reconnect()
                 self._sync_ctrl()
