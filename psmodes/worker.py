@@ -70,6 +70,8 @@ class Worker:
         self.local_opt: FlatSGD | None = None
         self.outage: dict | None = None
         self.ready_req: MPI.Request | None = None
+        self.respawn_thread = None
+        self.respawn_error: BaseException | None = None
         self.ready_buf = np.zeros(tp.HEADER_LEN, dtype=np.int64)
         self.samples_per_step = ctx.batch_size * cfg.workers
         self.last_loss = float("nan")
@@ -118,6 +120,7 @@ class Worker:
         self._take_weights()
         compute = bool(self.ctrl[4])
         while True:
+            t_iter = time.perf_counter()
             compute_s = self._compute() if compute else 0.0
             if self.leader:
                 self._lead(compute, compute_s)
@@ -126,16 +129,24 @@ class Worker:
             self._sync_ctrl()
             action = int(self.ctrl[3])
             if action != ACT_NONE:
+                t_action = time.perf_counter()
+                self._join_respawn()
                 if action == ACT_SHRINK:
                     ctx.after_failure(tp.PeerFailed("leader reported the PS dead", MPI.ERR_PROC_FAILED), via="worker")
                 elif action == ACT_SPAWN:
-                    ctx.respawn()
+                    if ctx.cfg.mode == "stateless":
+                        self._respawn_in_background()
+                    else:
+                        ctx.respawn()
                 if self.leader:
                     self._reconnect()
                 self._sync_ctrl()
+                self._add_idle(time.perf_counter() - t_action)
             self._take_weights()
+            self._account_idle(time.perf_counter() - t_iter, computed=compute_s > 0)
             compute = bool(self.ctrl[4])
             if self.ctrl[2] != RUNNING:
+                self._join_respawn()
                 break
         if self.leader and self.repair_due is not None:
             from .context import ACTION_NONE
@@ -173,7 +184,6 @@ class Worker:
         # the PS is down
         new_weights = False
         if computed:
-            self.outage["compute_s"] += compute_s
             if self.buffer is not None:
                 self.buffer.add(self.grad_host)
                 if self.local_opt is not None:
@@ -183,6 +193,9 @@ class Worker:
                          samples=self.samples_per_step, compute_s=round(compute_s, 6), loss=round(self.last_loss, 5))
         else:
             time.sleep(0.01)  # nothing to do but wait for the repair
+        if self.respawn_thread is not None and not self.respawn_thread.is_alive():
+            self._join_respawn()
+            self._reconnect_ready()
         if self.ready_req is not None:
             try:
                 ready = tp.test(self.ready_req, "wait for the replacement PS")
@@ -192,7 +205,9 @@ class Worker:
                 return
             if ready:
                 self.ready_req = None
+                t_connect = time.perf_counter()
                 stop = self._connect(pending=False)
+                self._add_idle(time.perf_counter() - t_connect)
                 if stop:
                     self._recovered()
                 self._set_ctrl(True, stop=DONE if stop else RUNNING)
@@ -234,7 +249,8 @@ class Worker:
         self.ps_up = False
         if self.outage is None:
             # the exchange began right after this step's compute; idle time starts there
-            self.outage = {"t_start": t_send, "compute_s": 0.0, "t_detect": time.time(), "version": self.version}
+            self.outage = {"t_start": t_send, "idle_s": 0.0, "t_detect": time.time(), "version": self.version}
+        self._add_idle(time.time() - t_send)  # the exchange that hung until the death was detected
         self.repair_due = time.monotonic() + cfg.restart_delay_s
         if cfg.mode == "stateless" and self.buffer is None:
             self.buffer = UpdateBuffer(cfg.replay, self.numel)
@@ -251,18 +267,52 @@ class Worker:
     def _reconnect(self) -> None:
         """After a shrink or respawn: HELLO to the PS if there is one now."""
         c = self.ctx.cluster
+        if self.respawn_thread is not None:  # still spawning; _lead picks it up when done
+            self._set_ctrl(self.local_opt is not None)
+            return
         if c.roles[0].kind != "ps":
             self._set_ctrl(False)
             return
         if self.buffer is not None and c.generation > 0:
-            # stateless: a cold replacement; keep buffering until it says READY
-            self.ready_req = c.world.Irecv(self.ready_buf, MPI.ANY_SOURCE, tp.TAG_FROM_PS)
+            self._reconnect_ready()
             self._set_ctrl(self.local_opt is not None)
             return
         stop = self._connect(pending=self.pending)
         if stop and self.outage is not None:
             self._recovered()  # the run ends right at the reconnection
         self._set_ctrl(True, stop=DONE if stop else RUNNING)
+
+    def _reconnect_ready(self) -> None:
+        """stateless: a cold replacement; keep buffering until it says READY."""
+        self.ready_req = self.ctx.cluster.world.Irecv(self.ready_buf, MPI.ANY_SOURCE, tp.TAG_FROM_PS)
+
+    # Stateless workers join the collective MPI_Comm_spawn from a helper thread
+    # (MPI_THREAD_MULTIPLE) and keep training meanwhile: the spawn (fork, exec,
+    # MPI_Init of the replacement) takes a second or more, and no worker needs the
+    # world communicator until the replacement is READY.
+    def _respawn_in_background(self) -> None:
+        import threading
+
+        self.respawn_error = None
+
+        def target():
+            try:
+                self.ctx.respawn()
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
+                self.respawn_error = exc
+
+        self.respawn_thread = threading.Thread(target=target, name="respawn", daemon=True)
+        self.respawn_thread.start()
+
+    def _join_respawn(self) -> None:
+        if self.respawn_thread is None:
+            return
+        self.respawn_thread.join(self.ctx.outage_timeout)
+        if self.respawn_thread.is_alive():
+            raise tp.PeerTimeout(f"respawn did not finish in {self.ctx.outage_timeout:.0f} s")
+        self.respawn_thread = None
+        if self.respawn_error is not None:
+            raise self.respawn_error
 
     def _connect(self, pending: bool) -> bool:
         c, ctx, cfg = self.ctx.cluster, self.ctx, self.ctx.cfg
@@ -297,11 +347,24 @@ class Worker:
         ctx.log.emit("connected", version=self.version, generation=c.generation)
         return bool(hdr[2])
 
+    # Worker idle time during an outage, measured where the workers block: the
+    # exchange that hung until the death was detected, the repair steps (shrink,
+    # a synchronous spawn, reconnecting, the hand-over), and whole iterations
+    # that computed nothing (checkpoint mode waiting for its replacement). The
+    # other workers wait for the leader's control header meanwhile.
+    def _add_idle(self, seconds: float) -> None:
+        if self.outage is not None:
+            self.outage["idle_s"] += seconds
+
+    def _account_idle(self, seconds: float, computed: bool) -> None:
+        if not computed:
+            self._add_idle(seconds)
+
     def _recovered(self) -> None:
-        o, now = self.outage, time.time()
+        o = self.outage
         self.ctx.log.emit(
             "recovered", mode=self.ctx.cfg.mode, t_outage_start=o["t_start"], t_detect=o["t_detect"],
-            idle_s=max(0.0, (now - o["t_start"]) - o["compute_s"]),
+            idle_s=o["idle_s"],
             lost_steps=o.get("lost_steps", 0),
             buffered_updates=o.get("buffered", 0), dropped_updates=o.get("dropped", 0),
             version_before=o["version"], version_after=self.version)

@@ -103,12 +103,10 @@ def test_stateless_workers_keep_training_and_every_update_is_applied(tmp_path):
     assert handover["buffered"] == replayed["applied"] == rec["buffered_updates"] > 0
     det = s["detections"][0]["latency_s"]
     step_s = max(e["compute_s"] for e in events(out, "step", "worker0"))
-    # Idle: detection + the collective MPI_Comm_spawn + moving the buffer (256
-    # gradients for `sequential`) + a step. The replacement's cold start (python,
-    # torch) overlaps training: it says READY when it can take the hand-over.
-    (respawn,) = events(out, "respawned", "worker0")
-    assert rec["idle_s"] <= det + respawn["seconds"] + handover["seconds"] + step_s + 0.5, (
-        rec, det, respawn["seconds"], handover["seconds"])
+    # Idle: detection + moving the buffer (256 gradients for `sequential`) + a
+    # step. The spawn (workers join it from a helper thread) and the
+    # replacement's cold start (it says READY when done) overlap training.
+    assert rec["idle_s"] <= det + handover["seconds"] + step_s + 0.5, (rec, det, handover["seconds"])
 
 
 @pytest.mark.parametrize("mode", [
@@ -136,6 +134,9 @@ def test_stateless_replay_policies(tmp_path, policy):
     # every buffered gradient counts as one PS version, whatever the policy
     assert replayed["version"] == handover_version(out) + handover["buffered"]
     assert s["final_accuracy"] > 0.5  # the hand-over did not wreck the model
+    rec, det = s["recoveries"][0], s["detections"][0]["latency_s"]
+    step_s = max(e["compute_s"] for e in events(out, "step", "worker0"))
+    assert rec["idle_s"] <= det + handover["seconds"] + step_s + 0.5, (rec, det, handover["seconds"])
 
 
 def handover_version(out):
