@@ -70,7 +70,8 @@ class Worker:
         self.local_opt: FlatSGD | None = None
         self.outage: dict | None = None
         self.ready_req: MPI.Request | None = None
-        self.respawn_thread = None
+        self.respawn_thread = None  # a repair step running on a helper thread (stateless)
+        self.respawn_kind = ""
         self.respawn_error: BaseException | None = None
         self.ready_buf = np.zeros(tp.HEADER_LEN, dtype=np.int64)
         self.samples_per_step = ctx.batch_size * cfg.workers
@@ -131,13 +132,13 @@ class Worker:
             if action != ACT_NONE:
                 t_action = time.perf_counter()
                 self._join_respawn()
+                background = ctx.cfg.mode == "stateless"
                 if action == ACT_SHRINK:
-                    ctx.after_failure(tp.PeerFailed("leader reported the PS dead", MPI.ERR_PROC_FAILED), via="worker")
+                    shrink = lambda: ctx.after_failure(  # noqa: E731
+                        tp.PeerFailed("leader reported the PS dead", MPI.ERR_PROC_FAILED), via="worker")
+                    self._in_background(shrink, "shrink") if background else shrink()
                 elif action == ACT_SPAWN:
-                    if ctx.cfg.mode == "stateless":
-                        self._respawn_in_background()
-                    else:
-                        ctx.respawn()
+                    self._in_background(ctx.respawn, "respawn") if background else ctx.respawn()
                 if self.leader:
                     self._reconnect()
                 self._sync_ctrl()
@@ -194,8 +195,10 @@ class Worker:
         else:
             time.sleep(0.01)  # nothing to do but wait for the repair
         if self.respawn_thread is not None and not self.respawn_thread.is_alive():
+            kind = self.respawn_kind
             self._join_respawn()
-            self._reconnect_ready()
+            if kind == "respawn":
+                self._reconnect_ready()
         if self.ready_req is not None:
             try:
                 ready = tp.test(self.ready_req, "wait for the replacement PS")
@@ -217,6 +220,8 @@ class Worker:
     def _repair_action(self) -> int:
         """Once the restart delay has passed: announce the respawn of the missing roles."""
         if self.repair_due is None or time.monotonic() < self.repair_due:
+            return ACT_NONE
+        if self.respawn_thread is not None:  # the shrink is still running on its thread
             return ACT_NONE
         self.repair_due = None
         self.ctx.announce()
@@ -286,22 +291,24 @@ class Worker:
         """stateless: a cold replacement; keep buffering until it says READY."""
         self.ready_req = self.ctx.cluster.world.Irecv(self.ready_buf, MPI.ANY_SOURCE, tp.TAG_FROM_PS)
 
-    # Stateless workers join the collective MPI_Comm_spawn from a helper thread
-    # (MPI_THREAD_MULTIPLE) and keep training meanwhile: the spawn (fork, exec,
-    # MPI_Init of the replacement) takes a second or more, and no worker needs the
-    # world communicator until the replacement is READY.
-    def _respawn_in_background(self) -> None:
+    # Stateless workers take the repair steps (MPI_Comm_shrink, which waits for
+    # every survivor - an evaluator busy scoring, say - and the collective
+    # MPI_Comm_spawn, a fork, exec and MPI_Init) on a helper thread
+    # (MPI_THREAD_MULTIPLE) and keep training meanwhile: no worker needs the world
+    # communicator until the replacement is READY.
+    def _in_background(self, fn, kind: str) -> None:
         import threading
 
         self.respawn_error = None
+        self.respawn_kind = kind
 
         def target():
             try:
-                self.ctx.respawn()
+                fn()
             except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
                 self.respawn_error = exc
 
-        self.respawn_thread = threading.Thread(target=target, name="respawn", daemon=True)
+        self.respawn_thread = threading.Thread(target=target, name=kind, daemon=True)
         self.respawn_thread.start()
 
     def _join_respawn(self) -> None:
