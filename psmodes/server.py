@@ -150,7 +150,8 @@ class ParameterServer:
         elapsed = time.time() - self.t0_ms / 1000.0
         self.stopped = bool((cfg.steps and self.opt.version >= cfg.steps)
                             or (cfg.duration_s and elapsed >= cfg.duration_s))
-        self.ctx.log.emit("update", version=self.opt.version) if self.opt.version % 10 == 0 else None
+        if self.opt.version % 10 == 0:
+            self.ctx.log.emit("update", version=self.opt.version)
         hdr = tp.header(tp.WEIGHTS, self.opt.version, int(self.stopped), self.t0_ms)
         tp.send(self.ctx.cluster.world, hdr, self.opt.weights.numpy(), self.ctx.cluster.leader, tp.TAG_FROM_PS,
                 self.ctx.peer_timeout, "PS sends weights")

@@ -25,7 +25,7 @@ from benchmarks.registry import shard_batches
 
 from . import transport as tp
 from .allreduce import Allreducer
-from .context import Context
+from .context import ACTION_NONE, Context
 from .flatparams import FlatParams, digest
 from .replay import POLICY_CODES, UpdateBuffer
 from .sgd import FlatSGD
@@ -70,9 +70,9 @@ class Worker:
         self.local_opt: FlatSGD | None = None
         self.outage: dict | None = None
         self.ready_req: MPI.Request | None = None
-        self.respawn_thread = None  # a repair step running on a helper thread (stateless)
-        self.respawn_kind = ""
-        self.respawn_error: BaseException | None = None
+        self.repair_thread = None  # a repair step running on a helper thread (stateless)
+        self.repair_kind = ""
+        self.repair_error: BaseException | None = None
         self.ready_buf = np.zeros(tp.HEADER_LEN, dtype=np.int64)
         self.samples_per_step = ctx.batch_size * cfg.workers
         self.last_loss = float("nan")
@@ -115,8 +115,7 @@ class Worker:
     def run(self) -> None:
         ctx, log = self.ctx, self.ctx.log
         if self.leader:
-            stop = self._connect(pending=False)
-            self._set_ctrl(True, stop=DONE if stop else RUNNING)
+            self._connect_and_steer(pending=False)
         self._sync_ctrl()
         self._take_weights()
         compute = bool(self.ctrl[4])
@@ -131,7 +130,7 @@ class Worker:
             action = int(self.ctrl[3])
             if action != ACT_NONE:
                 t_action = time.perf_counter()
-                self._join_respawn()
+                self._join_repair()
                 background = ctx.cfg.mode == "stateless"
                 if action == ACT_SHRINK:
                     shrink = lambda: ctx.after_failure(  # noqa: E731
@@ -144,14 +143,13 @@ class Worker:
                 self._sync_ctrl()
                 self._add_idle(time.perf_counter() - t_action)
             self._take_weights()
-            self._account_idle(time.perf_counter() - t_iter, computed=compute_s > 0)
+            if not compute_s:  # an iteration that only waited for the repair
+                self._add_idle(time.perf_counter() - t_iter)
             compute = bool(self.ctrl[4])
             if self.ctrl[2] != RUNNING:
-                self._join_respawn()
+                self._join_repair()
                 break
         if self.leader and self.repair_due is not None:
-            from .context import ACTION_NONE
-
             self.ctx.announce(ACTION_NONE)  # complete the survivors' pending wait for a repair
         log.emit("done", completed=bool(self.ctrl[2] == DONE), version=int(self.ctrl[1]))
         self.allreducer.close()
@@ -194,9 +192,9 @@ class Worker:
                          samples=self.samples_per_step, compute_s=round(compute_s, 6), loss=round(self.last_loss, 5))
         else:
             time.sleep(0.01)  # nothing to do but wait for the repair
-        if self.respawn_thread is not None and not self.respawn_thread.is_alive():
-            kind = self.respawn_kind
-            self._join_respawn()
+        if self.repair_thread is not None and not self.repair_thread.is_alive():
+            kind = self.repair_kind
+            self._join_repair()
             if kind == "respawn":
                 self._reconnect_ready()
         if self.ready_req is not None:
@@ -209,11 +207,8 @@ class Worker:
             if ready:
                 self.ready_req = None
                 t_connect = time.perf_counter()
-                stop = self._connect(pending=False)
+                self._connect_and_steer(pending=False)
                 self._add_idle(time.perf_counter() - t_connect)
-                if stop:
-                    self._recovered()
-                self._set_ctrl(True, stop=DONE if stop else RUNNING)
                 return
         self._set_ctrl(new_weights, action=self._repair_action())
 
@@ -221,7 +216,7 @@ class Worker:
         """Once the restart delay has passed: announce the respawn of the missing roles."""
         if self.repair_due is None or time.monotonic() < self.repair_due:
             return ACT_NONE
-        if self.respawn_thread is not None:  # the shrink is still running on its thread
+        if self.repair_thread is not None:  # the shrink is still running on its thread
             return ACT_NONE
         self.repair_due = None
         self.ctx.announce()
@@ -272,7 +267,7 @@ class Worker:
     def _reconnect(self) -> None:
         """After a shrink or respawn: HELLO to the PS if there is one now."""
         c = self.ctx.cluster
-        if self.respawn_thread is not None:  # still spawning; _lead picks it up when done
+        if self.repair_thread is not None:  # still spawning; _lead picks it up when done
             self._set_ctrl(self.local_opt is not None)
             return
         if c.roles[0].kind != "ps":
@@ -282,7 +277,11 @@ class Worker:
             self._reconnect_ready()
             self._set_ctrl(self.local_opt is not None)
             return
-        stop = self._connect(pending=self.pending)
+        self._connect_and_steer(pending=self.pending)
+
+    def _connect_and_steer(self, pending: bool) -> None:
+        """HELLO (and hand-over) to the PS, then the control header for the workers."""
+        stop = self._connect(pending=pending)
         if stop and self.outage is not None:
             self._recovered()  # the run ends right at the reconnection
         self._set_ctrl(True, stop=DONE if stop else RUNNING)
@@ -299,27 +298,27 @@ class Worker:
     def _in_background(self, fn, kind: str) -> None:
         import threading
 
-        self.respawn_error = None
-        self.respawn_kind = kind
+        self.repair_error = None
+        self.repair_kind = kind
 
         def target():
             try:
                 fn()
             except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
-                self.respawn_error = exc
+                self.repair_error = exc
 
-        self.respawn_thread = threading.Thread(target=target, name=kind, daemon=True)
-        self.respawn_thread.start()
+        self.repair_thread = threading.Thread(target=target, name=kind, daemon=True)
+        self.repair_thread.start()
 
-    def _join_respawn(self) -> None:
-        if self.respawn_thread is None:
+    def _join_repair(self) -> None:
+        if self.repair_thread is None:
             return
-        self.respawn_thread.join(self.ctx.outage_timeout)
-        if self.respawn_thread.is_alive():
-            raise tp.PeerTimeout(f"respawn did not finish in {self.ctx.outage_timeout:.0f} s")
-        self.respawn_thread = None
-        if self.respawn_error is not None:
-            raise self.respawn_error
+        self.repair_thread.join(self.ctx.outage_timeout)
+        if self.repair_thread.is_alive():
+            raise tp.PeerTimeout(f"repair step did not finish in {self.ctx.outage_timeout:.0f} s")
+        self.repair_thread = None
+        if self.repair_error is not None:
+            raise self.repair_error
 
     def _connect(self, pending: bool) -> bool:
         c, ctx, cfg = self.ctx.cluster, self.ctx, self.ctx.cfg
@@ -362,10 +361,6 @@ class Worker:
     def _add_idle(self, seconds: float) -> None:
         if self.outage is not None:
             self.outage["idle_s"] += seconds
-
-    def _account_idle(self, seconds: float, computed: bool) -> None:
-        if not computed:
-            self._add_idle(seconds)
 
     def _recovered(self) -> None:
         o = self.outage
