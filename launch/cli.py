@@ -43,6 +43,12 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-evaluator", action="store_true", help="no evaluator rank; the PS scores the final weights")
     g.add_argument("--eval-interval", default="5s", help="evaluate the PS's weights this often (wall clock)")
     g.add_argument("--eval-samples", type=int, default=2000, help="test images per periodic evaluation")
+    c = p.add_argument_group("consistency")
+    c.add_argument("--consistency", default="sync",
+                   help="sync (Horovod allreduce, one update a step), async (each worker pushes to the PS), "
+                        "or bounded:S (async, no applied update staler than S)")
+    c.add_argument("--lr-staleness", action="store_true", help="async/bounded: scale each update by 1/staleness")
+    c.add_argument("--slow-worker", metavar="W:FACTOR", help="worker W's steps take FACTOR times longer (a straggler)")
     r = p.add_argument_group("recovery")
     r.add_argument("--mode", default="none", help=f"one of: {', '.join(MODES)}")
     r.add_argument("--checkpoint-every", type=int, default=100, help="checkpoint mode: K updates")
@@ -70,7 +76,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
 
 def config_from_args(a: argparse.Namespace) -> RunConfig:
     cfg = RunConfig(
-        benchmark=a.benchmark, mode=a.mode, workers=a.workers, steps=a.steps,
+        benchmark=a.benchmark, mode=a.mode, consistency=a.consistency, lr_staleness=a.lr_staleness,
+        slow_worker=a.slow_worker, workers=a.workers, steps=a.steps,
         duration_s=parse_duration(a.duration, "--duration") if a.duration is not None else None,
         seed=a.seed, batch_size=a.batch_size, lr=a.lr, momentum=a.momentum, model_params=a.model_params,
         data_dir=a.data_dir, evaluator=not a.no_evaluator,

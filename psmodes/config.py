@@ -16,7 +16,7 @@ from pathlib import Path
 FORMAT_VERSION = 1
 MODES = ("none", "checkpoint", "chain", "stateless")
 REPLAY_POLICIES = ("paper", "mean", "sequential", "staleness", "local")
-CONSISTENCY = ("sync",)
+CONSISTENCY = ("sync", "async", "bounded:S")
 
 
 class ConfigError(ValueError):
@@ -65,6 +65,8 @@ class RunConfig:
     replicate_every: int = 1
     restart_delay_s: float = 10.0
     replay: str = "paper"
+    lr_staleness: bool = False      # async/bounded: scale each update by 1/staleness (Zhang et al.)
+    slow_worker: str | None = None  # "W:FACTOR": worker W's steps take FACTOR times longer
     kill_ps: list[str] = field(default_factory=list)
     kill_replica: list[str] = field(default_factory=list)
     # safety nets
@@ -87,6 +89,41 @@ class RunConfig:
     def n_replicas(self) -> int:
         return self.replicas if self.mode == "chain" else 0
 
+    @property
+    def is_async(self) -> bool:
+        """async and bounded:S: every worker talks to the PS on its own."""
+        return self.consistency != "sync"
+
+    @property
+    def staleness_bound(self) -> int | None:
+        """S of bounded:S; None for sync and async."""
+        c = self.consistency
+        if c in ("sync", "async"):
+            return None
+        m = re.fullmatch(r"bounded:(-?\d+)", c or "")
+        if not m:
+            raise ConfigError(f"unknown consistency {c!r}; choose sync, async or bounded:S (S >= 1, e.g. bounded:2)")
+        s = int(m.group(1))
+        if s < 1:
+            raise ConfigError(f"--consistency {c}: S must be >= 1 (bounded:0 would be sync; use --consistency sync)")
+        return s
+
+    @property
+    def slow_worker_spec(self) -> tuple[int, float] | None:
+        """(worker index, factor) of --slow-worker W:FACTOR."""
+        if not self.slow_worker:
+            return None
+        m = re.fullmatch(r"\s*(\d+)\s*:\s*(\d+(?:\.\d*)?|\.\d+)\s*", self.slow_worker)
+        if not m:
+            raise ConfigError(f"--slow-worker {self.slow_worker!r}: write W:FACTOR, e.g. 2:3 (worker 2, 3x slower)")
+        index, factor = int(m.group(1)), float(m.group(2))
+        if index >= self.workers:
+            raise ConfigError(f"--slow-worker {self.slow_worker}: there is no worker {index} "
+                              f"(--workers {self.workers} gives workers 0..{self.workers - 1})")
+        if factor < 1:
+            raise ConfigError(f"--slow-worker {self.slow_worker}: FACTOR must be >= 1")
+        return index, factor
+
     def resolved_deadline(self) -> float:
         if self.deadline_s:
             return self.deadline_s
@@ -102,8 +139,9 @@ class RunConfig:
             raise ConfigError(f"unknown benchmark {self.benchmark!r}; choose one of: {', '.join(WORKLOADS)}")
         if self.mode not in MODES:
             raise ConfigError(f"unknown mode {self.mode!r}; choose one of: {', '.join(MODES)}")
-        if self.consistency not in CONSISTENCY:
-            raise ConfigError(f"unknown consistency {self.consistency!r}; choose one of: {', '.join(CONSISTENCY)}")
+        self.staleness_bound  # validates --consistency
+        if self.lr_staleness and self.consistency == "sync":
+            raise ConfigError("--lr-staleness needs --consistency async or bounded:S (sync updates are never stale)")
         if self.replay not in REPLAY_POLICIES:
             raise ConfigError(f"unknown replay policy {self.replay!r}; choose one of: {', '.join(REPLAY_POLICIES)}")
         if self.allreduce not in ("horovod", "mpi"):
@@ -111,6 +149,7 @@ class RunConfig:
         if self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError(f"unknown device {self.device!r}; choose auto, cpu or cuda")
         _positive_int(self.workers, "--workers")
+        self.slow_worker_spec  # validates --slow-worker against --workers
         if self.steps is None and self.duration_s is None:
             raise ConfigError("say how long to train: --steps N or --duration 60s")
         if self.steps is not None:

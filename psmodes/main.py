@@ -22,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--role", help="kind:index, for a spawned replacement")
     parser.add_argument("--generation", type=int, default=0)
     args = parser.parse_args(argv)
+    die_with_parent()
 
     from mpi4py import MPI
 
@@ -91,6 +92,19 @@ def main(argv: list[str] | None = None) -> int:
             return 4
     final_barrier(ctx)
     _exit(log, 0)
+
+
+def die_with_parent() -> None:
+    """Linux: SIGKILL this rank when its parent (mpirun/prterun, or the daemon
+    that spawned it) dies, so a SIGKILLed launcher leaves no orphan ranks."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
 
 
 def final_barrier(ctx) -> None:
