@@ -4,15 +4,23 @@ The contract (later tools and the reports read it): ``benchmark``, ``mode``,
 ``workers``, ``seed``, ``completed``, ``exit_reason``, ``final_accuracy``,
 ``accuracy_timeline`` (``[t_seconds, ps_step, accuracy]``), ``samples_per_s``
 (training throughput; evaluation runs on its own rank and is excluded),
-``steps``, ``kills`` (``t_s``, ``pid``, ``host``, ``role``), ``detections``
+``steps``, ``consistency``, ``staleness_hist`` (updates per staleness value; sync
+updates have staleness 0), ``staleness_mean``, ``staleness_p99``,
+``per_worker_samples_per_s``, ``kills`` (``t_s``, ``pid``, ``host``, ``role``), ``detections``
 (``latency_s``, ``rank``), ``recoveries`` (``mode``, ``recovery_s``,
-``lost_steps``, ``idle_s``, ``buffered_updates``), plus a few extras.
+``lost_steps``, ``idle_s``, ``buffered_updates``; under async every worker
+recovers on its own: recovery_s to the first worker's applied step, the
+largest lost_steps, the mean idle_s, the sum of buffered updates), plus a few
+extras.
 Times are seconds since training started (the PS's first contact).
 """
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
+
+import numpy as np
 
 from psmodes.atomic import write_text_atomic
 from psmodes.config import RunConfig
@@ -33,14 +41,18 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
     evals = by("eval")
     timeline = [[round(e["t_snapshot"] - t0, 3), e["ps_step"], e["accuracy"]] for e in evals]
     finals = [e for e in evals if e.get("final")]
-    steps = [e for e in events if e["ev"] == "step" and e["who"] == "worker0"]
+    # sync: the leader logs each step for all workers; async: every worker logs its own
+    steps = [e for e in events if e["ev"] == "step" and e["who"].startswith("worker")]
     applied = [e for e in steps if e.get("applied")]
-    if steps:
-        span = steps[-1]["t"] - t0
-        samples = sum(e.get("samples", 0) for e in steps)
-        samples_per_s = samples / span if span > 0 else None
+    span = (max(e["t"] for e in steps) - t0) if steps else 0.0
+    samples_per_s = sum(e.get("samples", 0) for e in steps) / span if span > 0 else None
+    if cfg.consistency == "sync":
+        per_worker = [samples_per_s / cfg.workers if samples_per_s else None] * cfg.workers
     else:
-        samples_per_s = None
+        per_worker = [sum(e.get("samples", 0) for e in steps if e["who"] == f"worker{w}") / span if span > 0
+                      else None for w in range(cfg.workers)]
+    staleness = [e["staleness"] for e in applied if e.get("staleness") is not None]
+    staleness += [s for e in by("replayed") for s in e.get("staleness", [])]
 
     kills = [{"t_s": rel(e["t_kill"]), "pid": e["pid"], "host": e["host"], "role": e["role"], "at": e["at"],
               "rank": e.get("rank"), "generation": e.get("generation")} for e in by("kill")]
@@ -56,14 +68,21 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
             first = min(seen, key=lambda d: d.get("t_detect", d["t"]))
             detections.append({"kill": i, "latency_s": round(first.get("t_detect", first["t"]) - tk, 3),
                                "rank": first.get("rank"), "who": first["who"], "via": first.get("via")})
+        # each worker's first recovery after this kill (sync: only the leader's)
+        mine = {}
         for j, r in enumerate(recovered):
-            if j not in used and r["t"] >= tk:
+            if j not in used and r["t"] >= tk and r["who"] not in mine:
                 used.add(j)
-                recoveries.append({"kill": i, "mode": r["mode"], "recovery_s": round(r["t"] - tk, 3),
-                                   "lost_steps": r["lost_steps"], "idle_s": round(r["idle_s"], 3),
-                                   "buffered_updates": r["buffered_updates"],
-                                   "dropped_updates": r.get("dropped_updates", 0)})
-                break
+                mine[r["who"]] = r
+        if mine:
+            rs = list(mine.values())
+            recoveries.append({"kill": i, "mode": rs[0]["mode"],
+                               "recovery_s": round(min(r["t"] for r in rs) - tk, 3),
+                               "lost_steps": max(r["lost_steps"] for r in rs),
+                               "idle_s": round(sum(r["idle_s"] for r in rs) / len(rs), 3),
+                               "buffered_updates": sum(r["buffered_updates"] for r in rs),
+                               "dropped_updates": sum(r.get("dropped_updates", 0) for r in rs),
+                               "workers": len(rs)})
 
     failed = by("failed")
     done = [e for e in by("done") if e["who"] == "worker0" and e.get("completed")]
@@ -88,7 +107,12 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
         "final_accuracy": finals[-1]["accuracy"] if finals else None,
         "accuracy_timeline": timeline,
         "samples_per_s": round(samples_per_s, 2) if samples_per_s else None,
-        "steps": applied[-1]["version"] if applied else 0,
+        "steps": max(e["version"] for e in applied) if applied else 0,
+        "per_worker_samples_per_s": [round(x, 2) if x else None for x in per_worker],
+        "staleness_hist": {str(k): v for k, v in sorted(Counter(staleness).items())},
+        "staleness_mean": round(float(np.mean(staleness)), 4) if staleness else None,
+        "staleness_p99": float(np.percentile(staleness, 99)) if staleness else None,
+        "staleness_max": max(staleness) if staleness else None,
         "worker_steps": len(steps),
         "train_s": round(steps[-1]["t"] - t0, 3) if steps else None,
         "wall_s": round(wall_s, 3) if wall_s else None,

@@ -60,9 +60,9 @@ def main(argv: list[str] | None = None) -> int:
              generation=cluster.generation, device=str(ctx.device), host=MPI.Get_processor_name())
     try:
         if me.kind == "ps":
-            from .server import ParameterServer
+            from .server import make_server
 
-            ParameterServer(ctx).run()
+            make_server(ctx).run()
         elif me.kind == "replica":
             from .replica import Replica
 
@@ -72,8 +72,10 @@ def main(argv: list[str] | None = None) -> int:
 
             Evaluator(ctx).run()
         else:
-            from .worker import Worker
-
+            if cfg.is_async:
+                from .async_worker import AsyncWorker as Worker
+            else:
+                from .worker import Worker
             Worker(ctx, worker_comm).run()
     except RunFailed as exc:
         log.emit("failed", reason=str(exc))

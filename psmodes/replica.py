@@ -14,7 +14,7 @@ from mpi4py import MPI
 
 from . import transport as tp
 from .context import Context, RunFailed
-from .server import ParameterServer, build_flat, write_pid_file
+from .server import build_flat, make_server, write_pid_file
 from .sgd import FlatSGD
 
 
@@ -39,7 +39,7 @@ class Replica:
         ctx = self.ctx
         if ctx.cluster.me.kind == "ps":
             ctx.log.emit("promoted", version=self.version, role="ps")
-            ParameterServer(ctx, opt=self.opt, prev=self.prev, t0_ms=self.t0_ms, fresh=False).run()
+            make_server(ctx, opt=self.opt, prev=self.prev, t0_ms=self.t0_ms, fresh=False).run()
             return True
         write_pid_file(ctx, ctx.cluster.me.label)  # moved up the chain
         return None

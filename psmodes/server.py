@@ -38,6 +38,15 @@ def build_flat(ctx: Context) -> FlatParams:
     return FlatParams(ctx.workload.build_model(ctx.cfg))
 
 
+def make_server(ctx: Context, **kwargs) -> "ParameterServer":
+    """The PS for this run's consistency model."""
+    if ctx.cfg.is_async:
+        from .async_server import AsyncParameterServer
+
+        return AsyncParameterServer(ctx, **kwargs)
+    return ParameterServer(ctx, **kwargs)
+
+
 def write_pid_file(ctx: Context, role: str) -> None:
     """The launcher's fault injector finds the current PS (or a replica) here."""
     from .atomic import write_text_atomic

@@ -24,6 +24,7 @@ TAG_CHAIN = 14       # head -> replica -> ... -> tail: state
 TAG_ACK = 15         # tail -> head: replication acknowledged
 TAG_HANDOVER = 16    # survivors -> replacement PS: state hand-over
 TAG_CTRL = 17        # leader -> workers: control header
+TAG_SENTINEL = 18    # never sent: an ANY_SOURCE receive on it fails as soon as any peer dies
 
 # header kinds
 GRAD, WEIGHTS, STOP, SNAPSHOT, STATE, ACK, HELLO, BUFFERED, READY = range(1, 10)
@@ -103,11 +104,8 @@ def call(fn, what: str, *args, **kwargs):
 
 
 def send(comm: MPI.Comm, hdr: np.ndarray, payload: np.ndarray | None, dest: int, tag: int,
-         timeout: float, what: str) -> None:
-    reqs = [comm.Isend(hdr, dest, tag)]
-    if payload is not None:
-        reqs.append(comm.Isend(payload, dest, tag))
-    wait(reqs, timeout, what)
+         timeout: float, what: str, on_idle=None) -> None:
+    wait(isend(comm, hdr, payload, dest, tag), timeout, what, on_idle=on_idle)
 
 
 def isend(comm: MPI.Comm, hdr: np.ndarray, payload: np.ndarray | None, dest: int, tag: int) -> list:
@@ -138,6 +136,54 @@ def recv_payload(comm: MPI.Comm, buf: np.ndarray, source: int, tag: int, timeout
     except BaseException:
         _cancel(req)
         raise
+
+
+class FairInbox:
+    """Headers from a fixed set of senders, served round robin.
+
+    One receive is posted per sender instead of one ANY_SOURCE receive: Open
+    MPI matches ANY_SOURCE against the senders in rank order, so under load the
+    lowest ranks were always served first and the highest starved (seen: one
+    of three async workers' gradients 16-25 versions stale, the others' 2).
+    An ANY_SOURCE receive on :data:`TAG_SENTINEL`, which nobody sends, keeps
+    ULFM's prompt notice of any peer's death."""
+
+    def __init__(self, comm: MPI.Comm, senders: list[int], tag: int) -> None:
+        self.comm, self.senders, self.tag = comm, list(senders), tag
+        self.bufs = {r: np.empty(HEADER_LEN, dtype=np.int64) for r in self.senders}
+        self.reqs: dict[int, MPI.Request | None] = dict.fromkeys(self.senders)
+        self._sentinel_buf = np.empty(1, dtype=np.int64)
+        self.sentinel = comm.Irecv(self._sentinel_buf, MPI.ANY_SOURCE, TAG_SENTINEL)
+        self.next = 0
+
+    def get(self, timeout: float, what: str, on_idle=None) -> tuple[np.ndarray, int]:
+        """The next header, round robin; the caller receives its payload before calling again
+        (the receive for that sender is re-posted only then, so it cannot match the payload)."""
+        for r, req in self.reqs.items():
+            if req is None:
+                self.reqs[r] = self.comm.Irecv(self.bufs[r], r, self.tag)
+        deadline = time.monotonic() + timeout
+        sleep = 2e-5
+        n = len(self.senders)
+        while True:
+            for i in range(n):
+                r = self.senders[(self.next + i) % n]
+                if test(self.reqs[r], what):
+                    self.reqs[r] = None
+                    self.next = (self.next + i + 1) % n
+                    return self.bufs[r].copy(), r
+            test(self.sentinel, what)
+            if time.monotonic() > deadline:
+                raise PeerTimeout(f"{what}: no answer in {timeout:.0f} s")
+            if on_idle is not None:
+                on_idle()
+            time.sleep(sleep)
+            sleep = min(sleep * 2, 0.001)
+
+    def close(self) -> None:
+        for req in [*self.reqs.values(), self.sentinel]:
+            if req is not None:
+                _cancel(req)
 
 
 def _cancel(req: MPI.Request) -> None:

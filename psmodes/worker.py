@@ -51,7 +51,10 @@ class Worker:
         torch.manual_seed(cfg.seed * 1009 + self.index + 1)  # dropout differs per worker, reproducibly
         self.x, self.y = ctx.workload.load_train(cfg)
         self.batches = shard_batches(len(self.y), self.index, cfg.workers, ctx.batch_size, cfg.seed)
-        self.allreducer = Allreducer(cfg.allreduce, worker_comm, ctx.device)
+        # sync averages gradients over the workers; async workers push their own
+        self.allreducer = None if cfg.is_async else Allreducer(cfg.allreduce, worker_comm, ctx.device)
+        spec = cfg.slow_worker_spec
+        self.slow_factor = spec[1] if spec and spec[0] == self.index else 1.0
         self.loss_fn = torch.nn.CrossEntropyLoss()
         self.numel = self.flat.numel
         # host buffers: what travels over MPI (the model may live on a GPU)
@@ -86,7 +89,12 @@ class Worker:
         self.flat.grads.zero_()
         loss = self.loss_fn(self.flat.model(inputs), target)
         loss.backward()
-        if self.allreducer.on_device:  # NCCL Horovod: reduce on the GPU, then stage
+        if self.slow_factor > 1:  # --slow-worker: a straggler, slowed before it joins the others
+            time.sleep((time.perf_counter() - t0) * (self.slow_factor - 1))
+        if self.allreducer is None:
+            if self.grad_host is not self.flat.grads:
+                self.grad_host.copy_(self.flat.grads)
+        elif self.allreducer.on_device:  # NCCL Horovod: reduce on the GPU, then stage
             self.allreducer.average_(self.flat.grads, self.ctx.peer_timeout)
             self.grad_host.copy_(self.flat.grads)
         else:
@@ -149,10 +157,15 @@ class Worker:
             if self.ctrl[2] != RUNNING:
                 self._join_repair()
                 break
-        if self.leader and self.repair_due is not None:
-            self.ctx.announce(ACTION_NONE)  # complete the survivors' pending wait for a repair
+        self._end_pending_repair()
         log.emit("done", completed=bool(self.ctrl[2] == DONE), version=int(self.ctrl[1]))
         self.allreducer.close()
+
+    def _end_pending_repair(self) -> None:
+        """Leader: a shrink happened but the run ends before the respawn was
+        announced; complete the survivors' pending wait for the announcement."""
+        if self.leader and self.repair_due is not None:
+            self.ctx.announce(ACTION_NONE)
 
     def _take_weights(self) -> None:
         if self.ctrl[0]:
@@ -174,7 +187,7 @@ class Worker:
             except tp.PeerFailed as exc:
                 self._ps_lost(exc, t_send, compute_s)
                 return
-            log.emit("step", version=self.version, applied=True, samples=self.samples_per_step,
+            log.emit("step", version=self.version, applied=True, staleness=0, samples=self.samples_per_step,
                      compute_s=round(compute_s, 6), loss=round(self.last_loss, 5))
             if self.outage is not None:
                 self._recovered()

@@ -38,6 +38,13 @@ def assert_one_line_error(proc, *needles: str) -> None:
     (SYN + ["--kill-replica", "5s"], "needs --mode chain"),
     (SYN + ["--restart-delay=-1s"], "must be positive"),
     (SYN + ["--bogus-flag"], "unrecognized arguments"),
+    (SYN + ["--consistency", "bounded:0"], "S must be >= 1"),
+    (SYN + ["--consistency", "bounded:x"], "unknown consistency 'bounded:x'"),
+    (SYN + ["--consistency", "eventual"], "unknown consistency 'eventual'"),
+    (SYN + ["--slow-worker", "2:3"], "there is no worker 2"),
+    (SYN + ["--slow-worker", "1"], "write W:FACTOR"),
+    (SYN + ["--slow-worker", "1:0.5"], "FACTOR must be >= 1"),
+    (SYN + ["--lr-staleness"], "needs --consistency async"),
 ])
 def test_bad_options(args, needle):
     assert_one_line_error(psbench("run", *args), needle)

@@ -1,0 +1,177 @@
+"""The parameter server under ``--consistency async`` and ``bounded:S``.
+
+Gradients are applied as they arrive, one PS version each, from whichever
+worker sent them. Each worker has at most one gradient in flight (it waits
+for the answer before computing the next), so serving arrivals in order is
+fair: no worker can starve another. Every applied update records its
+staleness: the PS version at apply time minus the version the gradient was
+computed on; ``--lr-staleness`` scales the step by 1/staleness (Zhang et al.,
+"Staleness-aware async-SGD"; staleness 0 and 1 keep the full rate).
+
+``bounded:S`` (stale-synchronous parallel) holds back the answer, i.e. new
+weights, from a worker while granting them could let some update become staler
+than S. A gradient computed on version b is applied at a version at most
+(V - b) + (the number of other workers computing), because each of those pushes
+at most once before it needs new weights itself. The PS grants weights only
+while, for the worker computing on the oldest version b_min,
+
+    (V - b_min) + (workers computing, counting the new one) - 1 <= S
+
+so no applied update is staler than S. A straggler makes the fast workers wait
+for it; with equally fast workers and S >= workers - 1 nobody waits. When no
+one is computing the first grant is always allowed, so the bound cannot
+deadlock.
+
+After any repair every worker says HELLO again and the PS starts its
+bookkeeping afresh. A stateless replacement collects every worker's hand-over
+(its weights and its own buffered updates) before it answers anyone: it takes
+the freshest worker's weights (``local``: the mean of the workers' copies) and
+applies all buffered updates with the replay policy.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+from . import transport as tp
+from .context import RunFailed
+from .replay import apply_buffered
+from .server import POLICY_NAMES, ParameterServer
+
+
+def staleness_lr_scale(staleness: int, enabled: bool) -> float:
+    """--lr-staleness: the learning rate divided by the staleness (0 and 1 keep it)."""
+    return 1.0 / staleness if enabled and staleness > 1 else 1.0
+
+
+class AsyncParameterServer(ParameterServer):
+    def __init__(self, ctx, **kwargs) -> None:
+        super().__init__(ctx, **kwargs)
+        self.bound = ctx.cfg.staleness_bound
+        self.stopped_workers: set[int] = set()
+
+    def _serve(self) -> None:
+        ctx, c = self.ctx, self.ctx.cluster
+        self.computing: dict[int, int] = {}    # worker index -> version of the weights it computes on
+        self.waiting: list[tuple] = []         # answers held back: (index, rank, applied, staleness, version it made)
+        self.handovers: dict[int, tuple] = {}  # stateless replacement: index -> (rank, version, count, weights, vectors)
+        workers = [r for r, role in enumerate(c.roles) if role.kind == "worker"]
+        if self.stateless_empty:
+            for rank in workers:  # each worker trains on until it hears this
+                tp.send(c.world, tp.header(tp.READY), None, rank, tp.TAG_FROM_PS, ctx.peer_timeout, "PS ready")
+        inbox = tp.FairInbox(c.world, workers, tp.TAG_TO_PS)
+        try:
+            while len(self.stopped_workers) < len(workers):
+                hdr, src = inbox.get(ctx.outage_timeout, "PS waits for the workers", on_idle=self._idle)
+                index = int(hdr[7])
+                if hdr[0] == tp.HELLO:
+                    self._hello_from(hdr, src, index)
+                elif hdr[0] == tp.GRAD:
+                    self._gradient(hdr, src, index)
+                else:
+                    raise RunFailed(f"PS got an unexpected message kind {hdr[0]}")
+                self._answer_waiting()
+        finally:
+            inbox.close()
+        self._finish()
+
+    # ---- gradients and answers
+    def _gradient(self, hdr: np.ndarray, src: int, index: int) -> None:
+        tp.recv_payload(self.ctx.cluster.world, self.grad.numpy(), src, tp.TAG_TO_PS, self.ctx.peer_timeout,
+                        "PS receives gradient")
+        self.computing.pop(index, None)
+        if self.stopped:  # the run has ended; this one is not applied
+            self.waiting.append((index, src, 0, -1, -1))
+            return
+        staleness = self.opt.version - int(hdr[1])
+        scale = staleness_lr_scale(staleness, self.ctx.cfg.lr_staleness)
+        self._update(self.grad, scale)
+        if self.opt.version % 10 == 0:
+            self.ctx.log.emit("update", version=self.opt.version)
+        self._check_stop()
+        self.waiting.append((index, src, 1, staleness, self.opt.version))
+
+    def _check_stop(self) -> None:
+        cfg = self.ctx.cfg
+        if not self.t0_ms:  # training has not started
+            return
+        elapsed = time.time() - self.t0_ms / 1000.0
+        self.stopped = self.stopped or bool((cfg.steps and self.opt.version >= cfg.steps)
+                                            or (cfg.duration_s and elapsed >= cfg.duration_s))
+
+    def _may_grant(self) -> bool:
+        if self.bound is None or self.stopped:
+            return True
+        v = self.opt.version
+        oldest = min([v, *self.computing.values()])
+        return (v - oldest) + len(self.computing) <= self.bound
+
+    def _answer_waiting(self) -> None:
+        self._check_stop()
+        while self.waiting and self._may_grant():
+            index, rank, applied, staleness, applied_as = self.waiting.pop(0)
+            hdr = tp.header(tp.WEIGHTS, self.opt.version, int(self.stopped), self.t0_ms, applied, staleness, applied_as)
+            # a worker may already be in an announced respawn: notice it here too
+            tp.send(self.ctx.cluster.world, hdr, self.opt.weights.numpy(), rank, tp.TAG_FROM_PS,
+                    self.ctx.peer_timeout, "PS sends weights", on_idle=self.ctx.idle)
+            if self.stopped:
+                self.stopped_workers.add(index)
+            else:
+                self.computing[index] = self.opt.version
+
+    # ---- connections
+    def _hello_from(self, hdr: np.ndarray, src: int, index: int) -> None:
+        ctx, world = self.ctx, self.ctx.cluster.world
+        version, _pending, n_buffered, t0_ms, policy_code, n_vectors = (int(x) for x in hdr[1:7])
+        if self.t0_ms == 0:
+            if version < 0:  # the first contact of the run
+                self.t0_ms = int(time.time() * 1000)
+                ctx.log.emit("train_start", t0_ms=self.t0_ms)
+            else:
+                self.t0_ms = t0_ms
+        self.computing.pop(index, None)
+        if self.stateless_empty:
+            weights = torch.zeros(self.numel)
+            tp.recv_payload(world, weights.numpy(), src, tp.TAG_HANDOVER, ctx.peer_timeout, "hand-over weights")
+            vectors = []
+            for _ in range(n_vectors):
+                vec = torch.zeros(self.numel)
+                tp.recv_payload(world, vec.numpy(), src, tp.TAG_HANDOVER, ctx.peer_timeout, "hand-over updates")
+                vectors.append(vec)
+            self.handovers[index] = (src, version, n_buffered, weights, vectors, POLICY_NAMES[policy_code])
+            if len(self.handovers) == ctx.cfg.workers:
+                self._replay_handovers()
+            return
+        ctx.log.emit("hello", worker=index, leader_version=version, ps_version=self.opt.version,
+                     lost_steps=max(0, version - self.opt.version) if version >= 0 else 0)
+        self.started = True
+        self.waiting.append((index, src, 0, -1, -1))
+
+    def _replay_handovers(self) -> None:
+        ctx = self.ctx
+        items = [self.handovers[i] for i in sorted(self.handovers)]
+        policy = items[0][5]
+        if policy == "local":  # each worker stepped its own copy: take their mean
+            self.opt.weights.copy_(torch.stack([it[3] for it in items]).mean(dim=0))
+        else:
+            self.opt.weights.copy_(max(items, key=lambda it: it[1])[3])
+        self.opt.version = max(it[1] for it in items)
+        count = sum(it[2] for it in items)
+        if policy in ("paper", "mean"):  # per-worker sums: add them up in place
+            vectors = [v for it in items for v in it[4]]
+            total = vectors[0] if vectors else None
+            for v in vectors[1:]:
+                total.add_(v)
+            vectors = [total] if total is not None else []
+        else:
+            vectors = [v for it in items for v in it[4]]
+        staleness = apply_buffered(self.opt, policy, count, vectors)
+        self.stateless_empty = False
+        self.started = True
+        ctx.log.emit("replayed", applied=count, policy=policy, version=self.opt.version, staleness=staleness,
+                     workers=len(items))
+        self._after_update()
+        for index in sorted(self.handovers):
+            self.waiting.append((index, self.handovers[index][0], 0, -1, -1))
+        self.handovers = {}

@@ -1,0 +1,226 @@
+"""A worker under ``--consistency async`` or ``bounded:S``.
+
+Every worker talks to the PS on its own: it computes a gradient on the weights
+it last received, pushes it (``GRAD`` with the version it was computed on),
+and waits for the PS's answer: the new weights, whether the gradient was
+applied, and its staleness (PS version at apply time minus the version it was
+computed on). Under ``bounded:S`` the PS holds that answer back while granting
+new weights could let an update become staler than S (:mod:`psmodes.async_server`).
+
+Failures: each worker detects the PS's death itself (ULFM fails its send or its
+ANY_SOURCE receive) and joins the collective shrink; worker 0 (the leader)
+announces the respawn after ``--restart-delay`` and everyone joins it. After
+any repair every worker says HELLO again. A gradient whose answer never came
+is not re-sent: the PS that took over may hold it already (a chain head that
+replicated it before dying), and sending it again could apply it twice.
+In ``stateless`` mode each worker keeps computing on its last weights and
+buffers its own updates (:class:`~psmodes.replay.UpdateBuffer`) until the
+replacement says READY, then hands them over with its HELLO.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+from mpi4py import MPI
+
+from . import transport as tp
+from .async_server import staleness_lr_scale
+from .context import ACTION_NONE, RespawnNow
+from .flatparams import digest
+from .replay import POLICY_CODES, UpdateBuffer
+from .sgd import FlatSGD
+from .worker import DONE, FAILED, RUNNING, Worker
+
+# the PS's answer: [WEIGHTS, version, stop, t0_ms, applied, staleness, version the update made, -]
+
+
+class AsyncWorker(Worker):
+    def run(self) -> None:
+        ctx = self.ctx
+        self.state = RUNNING
+        self.samples_per_step = ctx.batch_size
+        self._guarded(self._hello)
+        while self.state == RUNNING:
+            self._guarded(self._iteration)
+        self._join_repair()
+        if self.leader and self.repair_due is not None:
+            ctx.announce(ACTION_NONE)  # complete the survivors' pending wait for a repair
+        ctx.log.emit("done", completed=self.state == DONE, version=self.version)
+
+    def _guarded(self, step) -> None:
+        """One piece of work; a detected death or an announced respawn is handled here."""
+        try:
+            step()
+        except tp.PeerFailed as exc:
+            self._ps_lost(exc, time.time())
+        except RespawnNow:
+            self._respawn()
+
+    # ---- normal operation
+    def _iteration(self) -> None:
+        t_iter = time.perf_counter()
+        if self.leader and self._respawn_due():
+            self.ctx.announce()
+            self._respawn()
+            return
+        if self.ps_up:
+            self._push(self._compute())
+            return
+        # the PS is down
+        if self.ctx.cfg.mode == "stateless":
+            self._buffer(self._compute())
+            self._advance_repair()
+        else:
+            time.sleep(0.005)
+            self._advance_repair()
+            self._add_idle(time.perf_counter() - t_iter)
+
+    def _push(self, compute_s: float) -> None:
+        c, ctx = self.ctx.cluster, self.ctx
+        base = self.version
+        t_send = time.time()
+        try:
+            # polls for a respawn announcement too: the PS may be in the spawn, not receiving
+            tp.send(c.world, tp.header(tp.GRAD, base, 0, 0, 0, 0, 0, self.index), self.grad_host.numpy(), c.ps,
+                    tp.TAG_TO_PS, ctx.peer_timeout, "worker sends gradient", on_idle=ctx.idle)
+            self.pending = True
+            hdr = self._receive_weights(ctx.peer_timeout, "worker waits for weights")
+        except tp.PeerFailed as exc:
+            self._ps_lost(exc, t_send)
+            return
+        self.pending = False
+        applied = bool(hdr[4])
+        staleness = int(hdr[5]) if applied else None
+        extra = {"applied_as": int(hdr[6])} if applied else {}
+        if applied and ctx.cfg.lr_staleness:
+            extra["lr_scale"] = staleness_lr_scale(staleness, True)
+        ctx.log.emit("step", version=self.version, applied=applied, staleness=staleness, base=base, **extra, samples=self.samples_per_step, compute_s=round(compute_s, 6),
+                     wait_s=round(time.time() - t_send, 6), loss=round(self.last_loss, 5))
+        if self.outage is not None:
+            self._recovered()
+        if hdr[2]:
+            self.state = DONE
+
+    def _receive_weights(self, timeout: float, what: str):
+        c = self.ctx.cluster
+        hdr, _ = tp.recv_header(c.world, MPI.ANY_SOURCE, tp.TAG_FROM_PS, timeout, what, on_idle=self.ctx.idle)
+        self._recv_weights()
+        self.version, self.t0_ms = int(hdr[1]), int(hdr[3])
+        self.flat.weights.copy_(torch.from_numpy(self.weights_in))
+        return hdr
+
+    def _hello(self) -> None:
+        """(Re)connect to the PS; a stateless replacement gets this worker's buffer."""
+        c, ctx, cfg = self.ctx.cluster, self.ctx, self.ctx.cfg
+        buf = self.buffer
+        handover = cfg.mode == "stateless" and c.generation > 0 and buf is not None
+        vectors = buf.vectors() if handover else []
+        t_connect = time.perf_counter()
+        hdr = tp.header(tp.HELLO, self.version, 0, buf.count if handover else 0, self.t0_ms,
+                        POLICY_CODES[cfg.replay], len(vectors), self.index)
+        tp.send(c.world, hdr, None, c.ps, tp.TAG_TO_PS, ctx.peer_timeout, "worker says hello", on_idle=ctx.idle)
+        if handover:
+            reqs = [c.world.Isend(self.weights_in, c.ps, tp.TAG_HANDOVER)]
+            reqs += [c.world.Isend(v.numpy(), c.ps, tp.TAG_HANDOVER) for v in vectors]
+            tp.wait(reqs, ctx.peer_timeout, "hand-over to the replacement PS")
+            ctx.log.emit("handover", buffered=buf.count, dropped=buf.dropped, policy=cfg.replay,
+                         staleness=buf.staleness, vectors=len(vectors), seconds=time.perf_counter() - t_connect)
+            self.outage["buffered"] = self.outage.get("buffered", 0) + buf.count
+            self.outage["dropped"] = self.outage.get("dropped", 0) + buf.dropped
+            self.buffer, self.local_opt = None, None  # handed over: never sent twice
+        version_before = self.version
+        reply = self._receive_weights(ctx.outage_timeout, "worker waits for the PS")
+        self.pending = False
+        self.ps_up = True
+        if self.outage is not None:
+            self.outage["lost_steps"] = 0 if handover else max(self.outage.get("lost_steps", 0),
+                                                               self.outage["version"] - self.version)
+            self._add_idle(time.perf_counter() - t_connect)
+        ctx.log.emit("connected", version=self.version, generation=c.generation, version_before=version_before)
+        if reply[2]:
+            self.state = DONE
+            if self.outage is not None:
+                self._recovered()  # the run ends right at the reconnection
+
+    # ---- outages
+    def _ps_lost(self, exc: tp.PeerFailed, t_send: float) -> None:
+        cfg, ctx = self.ctx.cfg, self.ctx
+        ctx.log.emit("detect", via=f"worker{self.index}", error=str(exc), t_detect=time.time(),
+                     version=self.version, digest=digest(self.weights_in), role=f"worker{self.index}")
+        if cfg.mode == "none":
+            ctx.log.emit("failed", reason=f"PS died ({exc}); mode none has no recovery")
+            self.state = FAILED
+            return
+        self.ps_up = False
+        self.ready_req = None
+        if self.outage is None:
+            self.outage = {"t_start": t_send, "idle_s": 0.0, "t_detect": time.time(), "version": self.version}
+        self._add_idle(time.time() - t_send)
+        self.repair_due = time.monotonic() + cfg.restart_delay_s
+        if cfg.mode == "stateless":
+            if self.buffer is None:
+                self.buffer = UpdateBuffer(cfg.replay, self.numel)
+                if cfg.replay == "local":
+                    self.local_opt = FlatSGD(torch.from_numpy(self.weights_in), self.ctx.lr, cfg.momentum)
+            if self.pending:  # the dead PS never answered: this worker's first buffered update
+                self._buffer(0.0, log=False)
+            self.pending = False
+            self._join_repair()
+            self._in_background(lambda: ctx.after_failure(exc, via=f"worker{self.index}"), "shrink")
+            return
+        self.pending = False  # not re-sent; see the module docstring
+        t = time.perf_counter()
+        ctx.after_failure(exc, via=f"worker{self.index}")
+        self._add_idle(time.perf_counter() - t)
+        if ctx.cluster.roles[0].kind == "ps":  # a promoted chain head, or the PS survived a replica's death
+            self._hello()
+
+    def _buffer(self, compute_s: float, log: bool = True) -> None:
+        self.buffer.add(self.grad_host)
+        if self.local_opt is not None:
+            self.local_opt.step(self.grad_host)  # steps weights_in, this worker's own copy
+            self.flat.weights.copy_(torch.from_numpy(self.weights_in))
+        if log:
+            self.ctx.log.emit("step", version=self.version, applied=False, buffered=self.buffer.count,
+                              samples=self.samples_per_step, compute_s=round(compute_s, 6),
+                              loss=round(self.last_loss, 5))
+
+    def _respawn_due(self) -> bool:
+        if self.repair_due is None or time.monotonic() < self.repair_due:
+            return False
+        if self.repair_thread is not None and self.repair_thread.is_alive():
+            return False  # the shrink is still running on its thread
+        self._join_repair()
+        self.repair_due = None
+        return True
+
+    def _respawn(self) -> None:
+        """Everyone joins the collective spawn of the missing roles."""
+        ctx = self.ctx
+        self._join_repair()
+        self.repair_due = None
+        if ctx.cfg.mode == "stateless" and not self.ps_up:
+            self._in_background(ctx.respawn, "respawn")  # and keep training; READY follows
+            return
+        t = time.perf_counter()
+        ctx.respawn()
+        self._add_idle(time.perf_counter() - t)
+        self._hello()
+
+    def _advance_repair(self) -> None:
+        """Between outage iterations: finish repair steps, notice announcements and READY."""
+        if self.repair_thread is not None:
+            if self.repair_thread.is_alive():
+                return
+            kind = self.repair_kind
+            self._join_repair()
+            if kind == "respawn":
+                self._reconnect_ready()
+        if self.ready_req is not None:
+            if tp.test(self.ready_req, "wait for the replacement PS"):
+                self.ready_req = None
+                self._hello()
+            return
+        if not self.leader:
+            self.ctx.idle()  # raises RespawnNow once the leader announced the respawn
