@@ -92,8 +92,8 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
     cfg.validate()
     from .faults import parse_kills
 
-    parse_kills(cfg.kill_ps, "ps")
-    parse_kills(cfg.kill_replica, "replica")
+    parse_kills(cfg.kill_ps, "ps", cfg.duration_s)
+    parse_kills(cfg.kill_replica, "replica", cfg.duration_s)
     return cfg
 
 

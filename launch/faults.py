@@ -1,7 +1,8 @@
 """The fault injector: SIGKILLs the current PS (or a chain replica) on schedule.
 
-A kill point is ``AT`` = a time since training started (``20s``, ``1.5m``) or
-a PS step (``step:800``). The target is whichever process holds the role at
+A kill point is ``AT`` = a time since training started (``20s``, ``1.5m``), a
+share of ``--duration`` (``33%``: a third of the way; lets one sweep file serve
+any run length), or a PS step (``step:800``). The target is whichever process holds the role at
 that moment, read from the pid file it writes when it takes the role
 (``<run_dir>/pids/<role>.json``). Kills are taken in order; a kill waits for
 a live target that it has not killed before (the replacement, for a second
@@ -36,9 +37,11 @@ class KillPoint:
 
 
 _STEP = re.compile(r"^step:(\d+)$")
+_PERCENT = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)\s*%$")
 
 
-def parse_kills(specs: list[str], target: str) -> list[KillPoint]:
+def parse_kills(specs: list[str], target: str, duration_s: float | None = None) -> list[KillPoint]:
+    """Kill points of ``--kill-ps``/``--kill-replica``; ``duration_s`` resolves ``N%``."""
     points = []
     for spec in specs:
         for part in str(spec).split(","):
@@ -50,6 +53,14 @@ def parse_kills(specs: list[str], target: str) -> list[KillPoint]:
                 points.append(KillPoint(target, None, int(m.group(1)), part))
             elif part.startswith("step:"):
                 raise ConfigError(f"kill point {part!r}: write step:N with N a whole number")
+            elif part.endswith("%"):
+                pm = _PERCENT.match(part)
+                if not pm or not 0 < float(pm.group(1)) < 100:
+                    raise ConfigError(f"kill point {part!r}: write a share of the run between 0% and 100%, e.g. 33%")
+                if duration_s is None:
+                    raise ConfigError(f"kill point {part!r}: a share of the run needs --duration "
+                                      "(a --steps run has no fixed length; use step:N)")
+                points.append(KillPoint(target, round(duration_s * float(pm.group(1)) / 100, 3), None, part))
             else:
                 points.append(KillPoint(target, parse_duration(part, f"kill point {part!r}"), None, part))
     return points

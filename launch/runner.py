@@ -5,9 +5,14 @@ and the report when the job ends - also when it dies or the user interrupts.
 The run directory is complete when ``summary.json`` exists; until then it
 holds ``config.json``, ``command.txt``, ``mpirun.log`` and the event streams
 recorded so far, which stay readable whatever happens.
+
+mpirun is started with PR_SET_PDEATHSIG (Linux): if the launcher is SIGKILLed,
+mpirun gets SIGKILL too and its ranks follow theirs (psmodes.main), so a
+killed launcher (``psbench run`` or a sweep) leaves no orphan job behind.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import shlex
 import signal
@@ -59,15 +64,36 @@ class EventTail:
         return out
 
 
-def run_job(cfg: RunConfig, quiet: bool = False) -> dict:
+try:  # loaded before any fork: the child of Popen only calls prctl
+    _LIBC = ctypes.CDLL("libc.so.6", use_errno=True) if sys.platform.startswith("linux") else None
+except OSError:
+    _LIBC = None
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with(parent_pid: int):
+    """preexec_fn for mpirun: SIGKILL it when the launcher dies (Linux)."""
+
+    def preexec() -> None:
+        if _LIBC is not None:
+            _LIBC.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+            if os.getppid() != parent_pid:  # the launcher died before prctl took effect
+                os._exit(1)
+
+    return preexec
+
+
+def run_job(cfg: RunConfig, quiet: bool = False, tick=None) -> dict:
+    """Runs the job of ``cfg`` to its end and returns its summary. ``tick(elapsed_s,
+    ps_step)`` is called about ten times a second (a sweep's progress bar)."""
     run_dir = Path(cfg.run_dir)
     (run_dir / "events").mkdir(parents=True, exist_ok=True)
     cfg.save(run_dir / "config.json")
     cmd = mpirun_command(cfg)
     (run_dir / "command.txt").write_text(shlex.join(cmd) + "\n")
     log = EventLog(run_dir, "launcher")
-    points = parse_kills(cfg.kill_ps, "ps") + sorted(
-        parse_kills(cfg.kill_replica, f"replica{cfg.replicas}"), key=lambda p: (p.at_s or 0, p.at_step or 0))
+    points = parse_kills(cfg.kill_ps, "ps", cfg.duration_s) + sorted(
+        parse_kills(cfg.kill_replica, f"replica{cfg.replicas}", cfg.duration_s), key=lambda p: (p.at_s or 0, p.at_step or 0))
     points.sort(key=lambda p: (p.at_s if p.at_s is not None else float("inf"), p.at_step or 0))
     injector = Injector(run_dir, points, log)
     deadline = cfg.resolved_deadline()
@@ -75,7 +101,8 @@ def run_job(cfg: RunConfig, quiet: bool = False) -> dict:
     t_start = time.time()
     with open(run_dir / "mpirun.log", "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=mpirun_env(),
-                                start_new_session=True, stdin=subprocess.DEVNULL)
+                                start_new_session=True, stdin=subprocess.DEVNULL,
+                                preexec_fn=_die_with(os.getpid()))
     tail = EventTail(run_dir)
     progress = Progress(cfg, quiet)
     previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -96,6 +123,8 @@ def run_job(cfg: RunConfig, quiet: bool = False) -> dict:
             elapsed = time.time() - t0 if t0 else None
             injector.poll(elapsed, step)
             progress.refresh(elapsed, step)
+            if tick is not None:
+                tick(elapsed, step)
             if time.time() - t_start > deadline:
                 exit_reason = f"watchdog: the run exceeded its {deadline:.0f} s deadline and was stopped"
                 break
