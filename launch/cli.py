@@ -2,6 +2,9 @@
 
     psbench run --benchmark fmnist-cnn --mode checkpoint --workers 2 --duration 90s --kill-ps 30s
     psbench run ... --dry-run        # print the exact mpirun line and exit
+    psbench sweep benchmarks/sweeps/demo.toml [--out DIR] [run options fixed for every run]
+    psbench report RUN_OR_SWEEP_DIR [--target 0.70] [--out DIR]
+    psbench compare A B              # two report dirs, sweep dirs, run dirs or summary.json files
     psbench doctor                   # is this machine ready?
 
 Every option is validated before any process starts; bad input gets one line
@@ -146,17 +149,96 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=OneLineParser)
     run = sub.add_parser("run", help="one training run under mpirun, with optional PS kills")
     add_run_options(run)
+    add_sweep_parser(sub)
+    report = sub.add_parser("report", help="a Markdown report (CIs, plots, findings, cost) of a run or sweep directory")
+    report.add_argument("dir", help="a run directory, a sweep directory, or any folder holding run directories")
+    add_report_options(report)
+    report.add_argument("--out", help="report folder (default: reports/<name of DIR>)")
+    compare = sub.add_parser("compare", help="compare two reports, sweeps, runs or summaries metric by metric")
+    compare.add_argument("a", help="report dir (results.json), sweep or run dir, or summary.json")
+    compare.add_argument("b")
+    compare.add_argument("--target", type=float, help="target accuracy for runs and summaries (default 0.70)")
+    compare.add_argument("--out", help="also write the Markdown to this file")
     doctor = sub.add_parser("doctor", help="check torch, MPI/ULFM, Horovod and the data")
     doctor.add_argument("--data-dir")
     return parser
 
 
+SWEEP_HELP = {
+    "--out": "sweep directory (default: runs/sweeps/<name>); re-running the same command resumes it",
+    "--dry-run": "list the runs (done / to run) with their psbench run commands; start nothing",
+    "--quiet": "no progress bar",
+}
+
+
+def add_sweep_parser(sub) -> None:
+    sweep = sub.add_parser("sweep", help="the runs of a sweep file (resumable), then a report",
+                           description="Options of `psbench run` given here are fixed for every run of the sweep: "
+                                       "they override the file's [base], [[extra]] and [grid] entries.")
+    sweep.add_argument("file", help="a sweep file, e.g. benchmarks/sweeps/demo.toml")
+    add_run_options(sweep)
+    for action in sweep._actions:
+        if action.option_strings and action.dest != "help":
+            action.default = argparse.SUPPRESS  # only what the user typed overrides the file
+            action.help = SWEEP_HELP.get(max(action.option_strings, key=len), action.help)
+    sweep.add_argument("--seeds", help="comma-separated seeds, replacing the file's seeds (e.g. 0 or 0,1,2)")
+    sweep.add_argument("--report-dir", help="where the report goes (default: reports/<name>)")
+    sweep.add_argument("--target", type=float, help="target accuracy of the report (default: the file's, else 0.70)")
+
+
+def add_report_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", type=float, help="target accuracy (default: the sweep's, else 0.70)")
+    p.add_argument("--prices", help="instance price table (default: benchmarks/prices.toml)")
+    p.add_argument("--instance", help="price the runs as this instance of the price table")
+
+
+def cmd_sweep(a: argparse.Namespace, argv: list[str]) -> int:
+    from . import sweep
+
+    seeds = sweep.parse_seeds(a.seeds) if a.seeds is not None else None
+    overrides = {k: v for k, v in vars(a).items() if k not in ("command", "file", "seeds", "report_dir", "target")}
+    plan = sweep.load(a.file, overrides=overrides, seeds=seeds, out=getattr(a, "out", None), target=a.target)
+    if getattr(a, "dry_run", False):
+        return sweep.dry_run(plan)
+    return sweep.execute(plan, argv, quiet=getattr(a, "quiet", False), report_dir=a.report_dir)
+
+
+def cmd_report(a: argparse.Namespace) -> int:
+    from .report import write_report
+
+    src = Path(a.dir)
+    if not src.is_dir():
+        raise ConfigError(f"{src} is not a directory (give a run or sweep directory)")
+    out = Path(a.out) if a.out else Path("reports") / src.resolve().name
+    path = write_report(src, out, target=a.target, prices=a.prices, instance=a.instance)
+    print(f"report: {path}")
+    return 0
+
+
+def cmd_compare(a: argparse.Namespace) -> int:
+    from .compare import compare
+
+    text = compare(a.a, a.b, target=a.target)
+    print(text)
+    if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(text + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
         a = parser.parse_args(argv)
         if a.command == "run":
             return cmd_run(a)
+        if a.command == "sweep":
+            return cmd_sweep(a, argv)
+        if a.command == "report":
+            return cmd_report(a)
+        if a.command == "compare":
+            return cmd_compare(a)
         if a.command == "doctor":
             from .doctor import check
 

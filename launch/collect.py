@@ -1,0 +1,348 @@
+"""Collects run directories into per-run figures and per-configuration
+aggregates (mean and 95% CI over seeds); the reports and ``compare`` read these.
+
+A run's *status*:
+
+- ``completed``: ``summary.json`` says the training completed;
+- ``failed``: the run ended and has a summary, but its training did not complete
+  (a crash, a timeout, a PS kill in mode ``none``);
+- ``incomplete``: no ``summary.json`` (the launcher was killed or crashed, or a
+  sweep run that never finished: ``<slug>.partial``); its figures are
+  recomputed from the events recorded so far, where possible;
+- ``broken``: ``summary.json`` or ``config.json`` cannot be read.
+
+Only completed runs enter the aggregates; every other run is listed, marked,
+never dropped.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from psmodes.events import read_events
+
+from . import naming
+from .stats import Estimate, mean_ci
+
+DEFAULT_TARGET = 0.70
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str
+    title: str
+    fmt: str
+    better: str   # "high" or "low"
+    doc: str
+
+
+METRICS = [
+    Metric("final_accuracy", "final accuracy", "{:.3f}", "high",
+           "test accuracy of the final weights (the whole test set)"),
+    Metric("time_to_target_s", "time to target (s)", "{:.1f}", "low",
+           "seconds from the start of training to the first evaluation at or above the target accuracy; "
+           "(k/n): only k of n seeds reached it, the mean is over those"),
+    Metric("samples_per_s", "samples/s", "{:.0f}", "high",
+           "training samples per second over all workers (evaluation runs on its own rank)"),
+    Metric("detection_latency_s", "detection (s)", "{:.2f}", "low",
+           "from the SIGKILL to the first survivor noticing it, mean over the run's kills"),
+    Metric("recovery_s", "recovery (s)", "{:.2f}", "low",
+           "from the SIGKILL to the first update applied by the new PS, mean over the run's kills"),
+    Metric("lost_steps", "lost steps", "{:.1f}", "low",
+           "PS updates lost by the run's kills (total over its kills)"),
+    Metric("idle_s", "worker idle (s)", "{:.2f}", "low",
+           "seconds the workers were blocked by the outages (total over the run's kills)"),
+    Metric("checkpoint_overhead_pct", "checkpoint overhead (%)", "{:.2f}", "low",
+           "time the PS spent on the critical path for checkpoints (state copy + waiting for the previous "
+           "write), in % of the training time; checkpoint mode only"),
+    Metric("buffered_updates", "buffered updates", "{:.1f}", "low",
+           "updates the workers buffered while the PS was down (stateless; total over the run's kills)"),
+    Metric("staleness_mean", "staleness (mean)", "{:.2f}", "low",
+           "mean staleness of the applied updates (PS version minus the version the gradient was computed on), "
+           "where the run records it"),
+    Metric("staleness_p99", "staleness (p99)", "{:.1f}", "low",
+           "99th percentile of the staleness, where the run records it"),
+    Metric("cost_usd", "cost per run ($)", "{:.3g}", "low",
+           "rank-seconds of the run priced from the instance price table"),
+    Metric("cost_to_target_usd", "cost to target ($)", "{:.3g}", "low",
+           "the same price for the time to the target accuracy"),
+]
+METRIC_BY_KEY = {m.key: m for m in METRICS}
+ROLES = ("ps", "replica", "evaluator", "worker")
+
+
+@dataclass
+class RunRecord:
+    path: Path
+    rel: str
+    config: dict | None
+    summary: dict | None
+    status: str
+    reason: str
+    metrics: dict = field(default_factory=dict)
+    rank_s: dict = field(default_factory=dict)     # role -> rank-seconds
+    device: str = "cpu"
+    label: str = "unknown"
+    command: str | None = None
+
+    @property
+    def seed(self):
+        return (self.config or {}).get("seed", (self.summary or {}).get("seed"))
+
+    @property
+    def timeline(self) -> list:
+        return sorted((self.summary or {}).get("accuracy_timeline") or [])
+
+    @property
+    def kills(self) -> list:
+        return (self.summary or {}).get("kills") or []
+
+    def row(self) -> dict:
+        return {"run": self.rel, "configuration": self.label, "seed": self.seed, "status": self.status,
+                "reason": self.reason, **{m.key: self.metrics.get(m.key) for m in METRICS},
+                **{f"rank_s_{r}": self.rank_s.get(r) for r in ROLES}}
+
+
+@dataclass
+class ConfigAggregate:
+    label: str
+    config: dict
+    runs: list[RunRecord]
+    estimates: dict[str, Estimate] = field(default_factory=dict)
+    values: dict[str, list] = field(default_factory=dict)
+    reached: int = 0
+    reference: str | None = None   # label of the no-kill configuration it is compared with
+
+    @property
+    def completed(self) -> list[RunRecord]:
+        return [r for r in self.runs if r.status == "completed"]
+
+    @property
+    def has_kills(self) -> bool:
+        return bool(naming.kill_specs(self.config.get("kill_ps")) or naming.kill_specs(self.config.get("kill_replica")))
+
+    def record(self) -> dict:
+        return {"label": self.label, "config": naming.identity(self.config), "runs": len(self.runs),
+                "completed": len(self.completed), "seeds": [r.seed for r in self.completed],
+                "reached_target": self.reached, "reference": self.reference,
+                "metrics": {k: {"mean": e.mean, "ci95": e.half_width, "n": e.n, "values": self.values[k]}
+                            for k, e in self.estimates.items()},
+                "rank_s": {r: mean_ci([run.rank_s.get(r) for run in self.completed]).mean for r in ROLES}}
+
+
+# ---------------------------------------------------------------- finding and reading runs
+
+def find_run_dirs(root: Path) -> list[Path]:
+    """``root`` itself when it is a run directory, else every run directory below it."""
+    root = Path(root)
+    if (root / "config.json").exists():
+        return [root]
+    return sorted({p.parent for p in root.rglob("config.json")}, key=lambda p: str(p))
+
+
+def _read_json(path: Path):
+    return json.loads(path.read_text())
+
+
+def load_run(path: Path, root: Path, target: float) -> RunRecord:
+    path = Path(path)
+    rel = str(path.relative_to(root)) if path != root and path.is_relative_to(root) else path.name
+    try:
+        config = _read_json(path / "config.json")
+        if not isinstance(config, dict):
+            raise ValueError("not an object")
+    except (OSError, ValueError) as exc:
+        return RunRecord(path, rel, None, None, "broken", f"config.json unreadable ({type(exc).__name__})")
+    summary = None
+    if (path / "summary.json").exists():
+        try:
+            summary = _read_json(path / "summary.json")
+            if not isinstance(summary, dict) or "completed" not in summary:
+                raise ValueError("not a psbench summary")
+            status = "completed" if summary.get("completed") else "failed"
+            reason = str(summary.get("exit_reason") or "")
+        except (OSError, ValueError) as exc:
+            summary = _recover(path)
+            status = "broken"
+            reason = f"summary.json unreadable ({type(exc).__name__}: {exc})"[:200]
+            if summary is not None:
+                reason += "; figures recomputed from the events"
+    else:
+        summary = _recover(path)
+        status = "incomplete"
+        reason = ("unfinished sweep run (.partial)" if path.name.endswith(".partial")
+                  else "no summary.json: the launcher was killed or crashed")
+        err = path / "sweep-error.txt"
+        if err.exists():
+            lines = [ln for ln in err.read_text(errors="replace").splitlines() if ln.strip()]
+            reason += f"; launcher error: {lines[-1][:150]}" if lines else ""
+        if summary is not None:
+            reason += "; figures recomputed from the events"
+    rec = RunRecord(path, rel, config, summary, status, reason)
+    rec.device = _device(path)
+    rec.command = _run_command(path)
+    if summary is not None:
+        rec.metrics = run_metrics(summary, config, target, path)
+        rec.rank_s = rank_seconds(config, summary)
+    return rec
+
+
+def _recover(path: Path) -> dict | None:
+    """The summary of a run that has none, recomputed from its events (or None)."""
+    try:
+        from .summary import summarize
+
+        return summarize(path)
+    except Exception:  # noqa: BLE001 - whatever the run left behind, the report still renders
+        return None
+
+
+def _device(path: Path) -> str:
+    for rec in read_events(path / "events" / "worker0.jsonl"):
+        if rec["ev"] == "start":
+            return str(rec.get("device", "cpu"))
+    return "cpu"
+
+
+def _run_command(path: Path) -> str | None:
+    """The `psbench run` command line that started this run, when it was one."""
+    import shlex
+
+    for rec in read_events(path / "events" / "launcher.jsonl"):
+        if rec["ev"] == "launch":
+            argv = rec.get("argv") or []
+            if len(argv) > 1 and argv[1] == "run":
+                return shlex.join(["psbench", *argv[1:]])
+            return None
+    return None
+
+
+# ---------------------------------------------------------------- per-run figures
+
+def time_to_target(timeline: list, target: float) -> float | None:
+    for t, _step, acc in sorted(timeline):
+        if acc is not None and acc >= target:
+            return float(t)
+    return None
+
+
+def checkpoint_overhead_pct(path: Path | None, config: dict, train_s) -> float | None:
+    if path is None or config.get("mode") != "checkpoint" or not train_s:
+        return None
+    total = 0.0
+    for f in sorted((path / "events").glob("ps*.jsonl")):
+        for e in read_events(f):
+            if e["ev"] == "checkpoint_start":
+                total += float(e.get("copy_s") or 0) + float(e.get("waited_s") or 0)
+    return 100.0 * total / float(train_s)
+
+
+def run_metrics(summary: dict, config: dict | None, target: float, path: Path | None = None) -> dict:
+    """The report's figures of one run (None where a figure does not apply)."""
+    config = config or {}
+    kills = summary.get("kills") or []
+    dets = [d.get("latency_s") for d in summary.get("detections") or []]
+    recs = summary.get("recoveries") or []
+    recovered = bool(kills) and bool(recs)
+    tt = time_to_target(summary.get("accuracy_timeline") or [], target)
+    out = {
+        "final_accuracy": summary.get("final_accuracy"),
+        "time_to_target_s": tt,
+        "samples_per_s": summary.get("samples_per_s"),
+        "detection_latency_s": mean_ci(dets).mean if kills else None,
+        "recovery_s": mean_ci([r.get("recovery_s") for r in recs]).mean if recovered else None,
+        "lost_steps": sum(r.get("lost_steps") or 0 for r in recs) if recovered else None,
+        "idle_s": sum(r.get("idle_s") or 0 for r in recs) if recovered else None,
+        "checkpoint_overhead_pct": checkpoint_overhead_pct(path, config, summary.get("train_s")),
+        "buffered_updates": sum(r.get("buffered_updates") or 0 for r in recs) if recovered else None,
+        "staleness_mean": summary.get("staleness_mean"),
+        "staleness_p99": summary.get("staleness_p99"),
+    }
+    return out
+
+
+def rank_seconds(config: dict, summary: dict) -> dict:
+    """Rank-seconds of each role: the role's ranks x the training seconds."""
+    train_s = summary.get("train_s") or 0.0
+    counts = {"ps": 1, "replica": config.get("replicas", 1) if config.get("mode") == "chain" else 0,
+              "evaluator": 1 if config.get("evaluator", True) else 0, "worker": config.get("workers", 0)}
+    return {role: n * float(train_s) for role, n in counts.items()}
+
+
+# ---------------------------------------------------------------- grouping
+
+def collect(root: Path, target: float = DEFAULT_TARGET, pricing=None) -> tuple[list[RunRecord], list[ConfigAggregate]]:
+    """Every run below ``root`` and the aggregates of its configurations (in a stable order)."""
+    root = Path(root)
+    runs = [load_run(p, root, target) for p in find_run_dirs(root)]
+    if pricing is not None:
+        for r in runs:
+            pricing.price(r)
+    groups: dict[str, list[RunRecord]] = {}
+    for r in runs:
+        key = naming.key_of(r.config) if r.config is not None else "unknown"
+        groups.setdefault(key, []).append(r)
+    known = [(k, g) for k, g in groups.items() if k != "unknown"]
+    names = naming.labels([g[0].config for _, g in known]) if len(known) > 1 else [
+        str(g[0].config.get("mode", "run")) for _, g in known]
+    aggregates = []
+    for (key, group), name in zip(known, names):
+        for r in group:
+            r.label = name
+        agg = ConfigAggregate(name, group[0].config, sorted(group, key=lambda r: (r.seed is None, r.seed, r.rel)))
+        aggregate(agg)
+        aggregates.append(agg)
+    if "unknown" in groups:
+        agg = ConfigAggregate("unknown", {}, groups["unknown"])
+        aggregate(agg)
+        aggregates.append(agg)
+    aggregates.sort(key=lambda a: _order(a))
+    for agg in aggregates:
+        agg.reference = reference_of(agg, aggregates)
+    return runs, aggregates
+
+
+def _order(agg: ConfigAggregate):
+    modes = ("none", "checkpoint", "chain", "stateless")
+    c = agg.config
+    kills = len(naming.kill_specs(c.get("kill_ps"))) + len(naming.kill_specs(c.get("kill_replica")))
+    return (agg.label == "unknown", kills, json.dumps({k: v for k, v in naming.identity(c).items() if k != "mode"},
+                                               sort_keys=True, default=str),
+            modes.index(c.get("mode")) if c.get("mode") in modes else len(modes), agg.label)
+
+
+def aggregate(agg: ConfigAggregate) -> None:
+    done = agg.completed
+    for m in METRICS:
+        values = [r.metrics.get(m.key) for r in done]
+        agg.values[m.key] = [v for v in values if v is not None]
+        agg.estimates[m.key] = mean_ci(agg.values[m.key])
+    agg.reached = len(agg.values["time_to_target_s"])
+
+
+def without(config: dict, *keys: str) -> str:
+    return json.dumps({k: v for k, v in naming.identity(config).items() if k not in keys}, sort_keys=True, default=str)
+
+
+# settings that make no difference to a run in mode none without kills
+RECOVERY_KEYS = ("mode", "kill_ps", "kill_replica", "restart_delay_s", "checkpoint_every", "checkpoint_sync",
+                 "replicas", "replicate_every", "replay")
+
+
+def reference_of(agg: ConfigAggregate, aggregates: list[ConfigAggregate]) -> str | None:
+    """The no-kill configuration that ``agg`` (with kills) is compared with: in mode ``none``
+    with the same settings apart from the recovery ones, if there is one; else the same
+    configuration without its kills."""
+    if not agg.has_kills or agg.label == "unknown":
+        return None
+    others = [a for a in aggregates if a is not agg and a.label != "unknown" and not a.has_kills and a.completed]
+    loose = without(agg.config, *RECOVERY_KEYS)
+    for a in others:
+        if a.config.get("mode") == "none" and without(a.config, *RECOVERY_KEYS) == loose:
+            return a.label
+    strict = without(agg.config, "kill_ps", "kill_replica")
+    for a in others:
+        if without(a.config, "kill_ps", "kill_replica") == strict:
+            return a.label
+    return None

@@ -1,0 +1,99 @@
+"""Names of configurations: what distinguishes one group of runs from another.
+
+A *configuration* is a run's ``config.json`` without the seed and the paths
+(``run_dir``, ``data_dir``). Among a set of configurations only the keys whose
+values differ name them, in a fixed order (mode, PS kills, replica kills,
+consistency, then alphabetical), e.g. ``chain-kills1-async``. A sweep's run
+directories are ``<label>-s<seed>``, and the reports use the same labels.
+
+Kill schedules are named by their number of kills (``kills0``, ``kills2``)
+when that number tells them apart, else by the schedule (``kill-15s_30s``).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+IGNORED = ("seed", "run_dir", "data_dir", "format_version")
+ORDER = ("mode", "kill_ps", "kill_replica", "consistency")
+KILL_KEYS = {"kill_ps": "kills", "kill_replica": "replica-kills"}
+
+
+def identity(config: dict) -> dict:
+    """The configuration of a run: its config minus seed and paths."""
+    return {k: v for k, v in config.items() if k not in IGNORED}
+
+
+def key_of(config: dict) -> str:
+    """A hashable, stable key of a run's configuration."""
+    return json.dumps(identity(config), sort_keys=True, default=str)
+
+
+def kill_specs(value) -> list[str]:
+    """``["15s,30s"]`` or ``["15s", "30s"]`` -> ``["15s", "30s"]``."""
+    if value is None:
+        return []
+    items = value if isinstance(value, (list, tuple)) else [value]
+    return [p.strip() for item in items for p in str(item).split(",") if p.strip()]
+
+
+def varying_keys(configs: list[dict]) -> list[str]:
+    """Keys (of the identities) whose values differ among ``configs``, in label order."""
+    ids = [identity(c) for c in configs]
+    keys = sorted({k for d in ids for k in d})
+    varying = [k for k in keys if len({json.dumps(d.get(k), sort_keys=True, default=str) for d in ids}) > 1]
+    rank = {k: i for i, k in enumerate(ORDER)}
+    return sorted(varying, key=lambda k: (rank.get(k, len(ORDER)), k))
+
+
+def labels(configs: list[dict], keys: list[str] | None = None) -> list[str]:
+    """One label per configuration (equal configurations get equal labels, different ones
+    different labels)."""
+    keys = varying_keys(configs) if keys is None else keys
+    by_count = {}
+    for k in KILL_KEYS:
+        if k in keys:
+            seen: dict[int, set] = {}
+            for c in configs:
+                specs = kill_specs(c.get(k))
+                seen.setdefault(len(specs), set()).add(tuple(specs))
+            by_count[k] = all(len(v) == 1 for v in seen.values())
+    out = []
+    for c in configs:
+        parts = [_part(k, c.get(k), by_count.get(k, False)) for k in keys]
+        out.append(sanitize("-".join(p for p in parts if p)) or "all")
+    # a formatting that merged two different configurations gets a short hash
+    owners: dict[str, set] = {}
+    for c, name in zip(configs, out):
+        owners.setdefault(name, set()).add(key_of(c))
+    return [name if len(owners[name]) == 1 else f"{name}-{hashlib.sha1(key_of(c).encode()).hexdigest()[:6]}"
+            for c, name in zip(configs, out)]
+
+
+def _part(key: str, value, count_form: bool) -> str:
+    if key in KILL_KEYS:
+        specs = kill_specs(value)
+        if count_form:
+            return f"{KILL_KEYS[key]}{len(specs)}"
+        return f"{KILL_KEYS[key][:-1]}-" + ("none" if not specs else "_".join(specs))
+    if key == "mode":
+        return str(value)
+    if key == "consistency":
+        return str(value).replace(":", "")
+    name = re.sub(r"_s$", "", key).replace("_", "-")
+    if isinstance(value, bool):
+        return name if value else f"no-{name}"
+    if value is None:
+        return f"{name}-default"
+    if isinstance(value, float):
+        value = f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        value = "_".join(str(v) for v in value) or "none"
+    return f"{name}-{value}" if isinstance(value, str) and not value[:1].isdigit() else f"{name}{value}"
+
+
+def sanitize(text: str) -> str:
+    """A file-name-safe version of a label."""
+    text = text.replace("%", "pct")
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._")

@@ -1,0 +1,468 @@
+"""``psbench report DIR``: the Markdown report of a run, a sweep, or any folder
+of runs, written to ``reports/<name>/`` (a sweep writes it when it ends):
+
+- ``report.md``: configuration, machine, library versions, the commands to
+  reproduce; per configuration the mean and 95% CI over seeds of every figure
+  (``launch.collect.METRICS``); accuracy-over-time plots; findings generated
+  from the numbers (never written by hand); a cost table priced from
+  ``benchmarks/prices.toml``; every incomplete or failed run, marked;
+- ``accuracy*.png``: the plots linked from it;
+- ``results.json`` / ``results.csv``: the same figures, per run and per
+  configuration (with the per-seed values), for ``psbench compare``.
+
+Tables are pandas + tabulate.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from psmodes.atomic import write_text_atomic
+from psmodes.config import ConfigError
+
+from . import naming
+from .collect import DEFAULT_TARGET, METRIC_BY_KEY, METRICS, ROLES, ConfigAggregate, RunRecord, collect, without
+from .cost import Pricing
+from .stats import Estimate, Test, welch
+
+NA = "–"
+DAGGER = "†"
+
+
+# ---------------------------------------------------------------- formatting
+
+def fmt_value(key: str, value) -> str:
+    if value is None:
+        return NA
+    return METRIC_BY_KEY[key].fmt.format(value)
+
+
+def fmt_est(key: str, est: Estimate) -> str:
+    if est.n == 0 or est.mean is None:
+        return NA
+    text = fmt_value(key, est.mean)
+    if est.half_width is not None:
+        text += f" ± {fmt_value(key, est.half_width)}"
+    return text
+
+
+def target_cell(agg: ConfigAggregate) -> str:
+    n = len(agg.completed)
+    if n == 0:
+        return NA
+    if agg.reached == 0:
+        return f"not reached (0/{n})"
+    text = fmt_est("time_to_target_s", agg.estimates["time_to_target_s"])
+    return text if agg.reached == n else f"{text} ({agg.reached}/{n})"
+
+
+def runs_cell(agg: ConfigAggregate) -> str:
+    done, total = len(agg.completed), len(agg.runs)
+    return f"{done}/{total}" + (f" {DAGGER}" if done < total else "")
+
+
+def kills_cell(config: dict, runs: list[RunRecord] | None = None) -> str:
+    """The kill schedule, with the mean times the kills happened (seconds into training)."""
+    from .plots import kill_times
+
+    parts = []
+    ps = naming.kill_specs(config.get("kill_ps"))
+    rep = naming.kill_specs(config.get("kill_replica"))
+    if ps:
+        parts.append("PS at " + ", ".join(ps))
+    if rep:
+        parts.append("replica at " + ", ".join(rep))
+    text = "; ".join(parts) or "none"
+    done = kill_times(runs or [])
+    if done:
+        text += " (" + ", ".join(f"{t:.1f} s" for _, t in done) + ")"
+    return text
+
+
+def md_table(rows: list[dict]) -> str:
+    if not rows:
+        return "(none)"
+    df = pd.DataFrame(rows).astype(str)
+    df = df.apply(lambda col: col.str.replace("|", "/", regex=False).str.replace("\n", " ", regex=False))
+    return df.to_markdown(index=False, disable_numparse=True)
+
+
+def sig_phrase(test: Test) -> str:
+    if test.significant is None:
+        return f"not testable at 95% ({test.why})"
+    word = "significant" if test.significant else "not significant"
+    return f"{word} at 95% ({test.why}, Welch's t-test)" if test.p is not None and test.why.startswith("p") \
+        else f"{word} at 95% ({test.why})"
+
+
+# ---------------------------------------------------------------- slices and findings
+
+def slices(aggs: list[ConfigAggregate]) -> list[tuple[str, list[ConfigAggregate]]]:
+    """Configurations that differ only in their mode, named by what they share."""
+    groups: dict[str, list[ConfigAggregate]] = {}
+    for a in aggs:
+        if a.label != "unknown":
+            groups.setdefault(without(a.config, "mode"), []).append(a)
+    keys = list(groups)
+    if len(keys) == 1:
+        return [("all configurations", groups[keys[0]])]
+    reps = [{k: v for k, v in groups[k][0].config.items() if k != "mode"} for k in keys]
+    return list(zip(naming.labels(reps), (groups[k] for k in keys)))
+
+
+def _mean(agg: ConfigAggregate, key: str):
+    return agg.estimates[key].mean
+
+
+def _best(cands: list[ConfigAggregate], key: str) -> list[ConfigAggregate]:
+    have = [a for a in cands if _mean(a, key) is not None]
+    high = METRIC_BY_KEY[key].better == "high"
+    return sorted(have, key=lambda a: -_mean(a, key) if high else _mean(a, key))
+
+
+def _versus(best: ConfigAggregate, second: ConfigAggregate, key: str) -> str:
+    test = welch(best.values[key], second.values[key])
+    word = "tied with" if _same(best, second, key) else "next"
+    return f"{word} {second.label} ({fmt_est(key, second.estimates[key])}); the difference is {sig_phrase(test)}"
+
+
+def _same(a: ConfigAggregate, b: ConfigAggregate, key: str) -> bool:
+    """Equal as the report shows them (e.g. times quantised by the evaluation interval)."""
+    return fmt_value(key, _mean(a, key)) == fmt_value(key, _mean(b, key))
+
+
+def _gap(loss: float) -> str:
+    return f"{loss:.3f} below" if loss >= 0 else f"{-loss:.3f} above"
+
+
+def findings(aggs: list[ConfigAggregate], target: float) -> list[str]:
+    """Sentences generated from the numbers: per group of configurations that differ only
+    in their mode, who reached the target first, who lost least accuracy, who recovered
+    fastest, who trained fastest, and whether the lead is significant at 95%."""
+    by_label = {a.label: a for a in aggs}
+    out: list[str] = []
+    for name, group in slices(aggs):
+        cands = [a for a in group if a.completed]
+        if len(cands) == 1 and cands[0].reference:  # nothing else in its group: its cost of the kills
+            a, ref = cands[0], by_label[cands[0].reference]
+            loss = _mean(ref, "final_accuracy") - _mean(a, "final_accuracy")
+            out.append(f"- {name}: **{a.label}** ended {_gap(loss)} the no-kill reference {ref.label} "
+                       f"({_mean(ref, 'final_accuracy'):.3f} → {_mean(a, 'final_accuracy'):.3f}); the loss is "
+                       f"{sig_phrase(welch(ref.values['final_accuracy'], a.values['final_accuracy']))}.")
+            continue
+        if len(cands) < 2:
+            continue
+        lines = []
+        reached = [a for a in cands if a.reached]
+        if not reached:
+            lines.append(f"no configuration reached the target accuracy {target:.2f}.")
+        else:
+            ranked = sorted(reached, key=lambda a: (-a.reached / len(a.completed), _mean(a, "time_to_target_s")))
+            best = ranked[0]
+            tied = [a.label for a in ranked[1:] if a.reached / len(a.completed) == best.reached / len(best.completed)
+                    and _same(a, best, "time_to_target_s")]
+            who = ", ".join(f"**{x}**" for x in [best.label, *tied])
+            text = (f"{who} reached {target:.2f} {'first, at the same time' if tied else 'first'}: "
+                    f"{fmt_est('time_to_target_s', best.estimates['time_to_target_s'])} s "
+                    f"({best.reached}/{len(best.completed)} seeds)")
+            rest = [a for a in ranked[1:] if a.label not in tied]
+            if rest:
+                text += "; " + _versus(best, rest[0], "time_to_target_s")
+            never = [a.label for a in cands if not a.reached]
+            if never:
+                text += f"; never reached: {', '.join(never)}"
+            lines.append(text + ".")
+        refs = {a.label: by_label.get(a.reference) for a in cands}
+        if all(refs.values()):
+            losses = sorted(cands, key=lambda a: _mean(refs[a.label], "final_accuracy") - (_mean(a, "final_accuracy") or 0))
+            best = losses[0]
+            ref = refs[best.label]
+            loss = _mean(ref, "final_accuracy") - _mean(best, "final_accuracy")
+            text = (f"**{best.label}** lost least accuracy: it ended {_gap(loss)} the no-kill reference {ref.label} "
+                    f"({_mean(ref, 'final_accuracy'):.3f} → {_mean(best, 'final_accuracy'):.3f}; the loss is "
+                    f"{sig_phrase(welch(ref.values['final_accuracy'], best.values['final_accuracy']))})")
+            if len(losses) > 1:
+                second = losses[1]
+                loss2 = _mean(refs[second.label], "final_accuracy") - _mean(second, "final_accuracy")
+                test = welch(best.values["final_accuracy"], second.values["final_accuracy"])
+                text += (f"; next {second.label} ({_gap(loss2)}); the difference in final accuracy is "
+                         f"{sig_phrase(test)}")
+            lines.append(text + ".")
+        else:
+            ranked = _best(cands, "final_accuracy")
+            if ranked:
+                text = (f"**{ranked[0].label}** ended with the highest final accuracy "
+                        f"({fmt_est('final_accuracy', ranked[0].estimates['final_accuracy'])})")
+                if len(ranked) > 1:
+                    text += "; " + _versus(ranked[0], ranked[1], "final_accuracy")
+                lines.append(text + ".")
+        ranked = _best(cands, "recovery_s")
+        if ranked:
+            text = (f"**{ranked[0].label}** recovered fastest "
+                    f"({fmt_est('recovery_s', ranked[0].estimates['recovery_s'])} s from kill to the first new update)")
+            if len(ranked) > 1:
+                text += "; " + _versus(ranked[0], ranked[1], "recovery_s")
+            lines.append(text + ".")
+        ranked = _best(cands, "samples_per_s")
+        if ranked:
+            text = (f"**{ranked[0].label}** trained fastest "
+                    f"({fmt_est('samples_per_s', ranked[0].estimates['samples_per_s'])} samples/s)")
+            if len(ranked) > 1:
+                text += "; " + _versus(ranked[0], ranked[1], "samples_per_s")
+            lines.append(text + ".")
+        out.append(f"- {name}:\n" + "\n".join(f"  - {ln}" for ln in lines))
+    if not out:  # nothing to compare: state each configuration's own figures
+        for a in aggs:
+            if a.completed:
+                out.append(f"- **{a.label}**: final accuracy {fmt_est('final_accuracy', a.estimates['final_accuracy'])}, "
+                           f"time to {target:.2f}: {target_cell(a)} s, samples/s "
+                           f"{fmt_est('samples_per_s', a.estimates['samples_per_s'])} "
+                           f"(n={len(a.completed)}; no other configuration differs only in its mode).")
+    return out
+
+
+# ---------------------------------------------------------------- plots
+
+def make_plots(aggs: list[ConfigAggregate], target: float, out: Path) -> list[tuple[str, Path]]:
+    from .plots import plot_accuracy
+
+    for old in out.glob("accuracy*.png"):
+        old.unlink()
+    by_label = {a.label: a for a in aggs}
+    groups = slices(aggs)
+    referenced = set()
+    planned = []
+    for name, group in groups:
+        refs = {a.reference for a in group}
+        lines = [(a, False) for a in group]
+        if len(refs) == 1 and None not in refs:
+            ref = by_label[refs.pop()]
+            if ref not in group and ref.config.get("mode") not in {a.config.get("mode") for a in group}:
+                lines.append((ref, True))
+                referenced.add(ref.label)
+        planned.append((name, group, lines))
+    benchmark = {a.config.get("benchmark") for a in aggs if a.config}
+    prefix = ", ".join(sorted(str(b) for b in benchmark if b))
+    plots = []
+    drawable = [(n, g, ln) for n, g, ln in planned if not all(a.label in referenced for a in g)]
+    for name, group, lines in drawable:
+        file = out / ("accuracy.png" if len(drawable) == 1 else f"accuracy-{naming.sanitize(name)}.png")
+        title = f"{prefix}: {name}" if prefix else name
+        if group[0].has_kills:
+            title += f" - {kills_cell(group[0].config)}"
+        path = plot_accuracy(lines, title, target, file)
+        if path:
+            plots.append((name, path))
+    return plots
+
+
+# ---------------------------------------------------------------- the report
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_report(src: str | Path, out: str | Path, target: float | None = None, prices: str | None = None,
+                 instance: str | None = None) -> Path:
+    src, out = Path(src), Path(out)
+    if not src.is_dir():
+        raise ConfigError(f"{src} is not a directory")
+    sweep = _read_json(src / "sweep.json") if (src / "sweep.json").exists() else None
+    if target is None:
+        target = (sweep or {}).get("target") or DEFAULT_TARGET
+    if not 0 < target <= 1:
+        raise ConfigError(f"--target must be an accuracy in (0, 1], got {target}")
+    pricing = Pricing(prices, instance)
+    runs, aggs = collect(src, target, pricing)
+    if not runs:
+        raise ConfigError(f"{src} holds no runs (no config.json in it or below it)")
+    out.mkdir(parents=True, exist_ok=True)
+    plots = make_plots(aggs, target, out)
+    name = (sweep or {}).get("name") or src.resolve().name
+    machine = _read_json(src / "machine.json")
+    machine_note = "recorded when the sweep started"
+    if not machine:
+        from .machine import machine_info
+
+        machine = machine_info()
+        machine_note = "the machine that wrote this report (the runs did not record theirs)"
+    text = render(name, src, sweep, runs, aggs, target, plots, pricing, machine, machine_note, out)
+    write_results(out, name, target, runs, aggs)
+    path = out / "report.md"
+    write_text_atomic(path, text)
+    return path
+
+
+def write_results(out: Path, name: str, target: float, runs: list[RunRecord], aggs: list[ConfigAggregate]) -> None:
+    record = {"name": name, "target": target, "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+              "metrics": {m.key: {"title": m.title, "better": m.better, "doc": m.doc} for m in METRICS},
+              "configs": [a.record() for a in aggs], "runs": [r.row() for r in runs]}
+    write_text_atomic(out / "results.json", json.dumps(record, indent=2, default=str) + "\n")
+    write_text_atomic(out / "results.csv", pd.DataFrame([r.row() for r in runs]).to_csv(index=False))
+
+
+def render(name, src, sweep, runs, aggs, target, plots, pricing, machine, machine_note, out) -> str:
+    known = [a for a in aggs if a.label != "unknown"]
+    benchmarks = sorted({str(a.config.get("benchmark")) for a in known})
+    seeds = sorted({r.seed for r in runs if r.seed is not None})
+    not_done = [r for r in runs if r.status != "completed"]
+    L = [f"# psbench report: {name}", ""]
+    L += [f"{len(runs)} runs of {len(known)} configurations ({', '.join(benchmarks) or 'unknown benchmark'}), "
+          f"seeds {', '.join(map(str, seeds)) or NA}, target accuracy {target:.2f}. "
+          f"Generated {time.strftime('%Y-%m-%d %H:%M %Z')} by `psbench report` from `{src}`.", ""]
+    L += ["Every figure is computed by psbench from the events the runs recorded. A cell is the mean ± the "
+          "half-width of its 95% confidence interval over seeds (Student's t; no interval with one seed), over "
+          "the completed runs only; – means the figure does not apply or nothing was measured.", ""]
+    if not_done:
+        L += [f"**{len(not_done)} of {len(runs)} runs did not complete** ({DAGGER}): they are listed under "
+              f"[Incomplete and failed runs](#incomplete-and-failed-runs) and left out of the means.", ""]
+    L += ["## Findings", "", "Generated from the numbers below; a difference is called significant when Welch's "
+          "t-test gives p < 0.05.", ""]
+    L += findings(aggs, target) or ["- no completed runs: nothing to compare."]
+    L += ["", "## Results", "", "### Accuracy and throughput", ""]
+    L += [md_table([{"configuration": a.label, "runs": runs_cell(a),
+                     "final accuracy": fmt_est("final_accuracy", a.estimates["final_accuracy"]),
+                     f"time to {target:.2f} (s)": target_cell(a),
+                     "samples/s": fmt_est("samples_per_s", a.estimates["samples_per_s"]),
+                     "staleness (mean)": fmt_est("staleness_mean", a.estimates["staleness_mean"]),
+                     "staleness (p99)": fmt_est("staleness_p99", a.estimates["staleness_p99"])} for a in aggs]), ""]
+    L += ["### Failure and recovery", ""]
+    L += [md_table([{"configuration": a.label, "kills": kills_cell(a.config, a.completed),
+                     **{METRIC_BY_KEY[k].title: fmt_est(k, a.estimates[k])
+                        for k in ("detection_latency_s", "recovery_s", "lost_steps", "idle_s",
+                                  "checkpoint_overhead_pct", "buffered_updates")}} for a in aggs]), ""]
+    with_ref = [a for a in aggs if a.reference]
+    if with_ref:
+        by_label = {a.label: a for a in aggs}
+        L += ["### Accuracy against the no-kill reference", ""]
+        rows = []
+        for a in with_ref:
+            ref = by_label[a.reference]
+            mean, rmean = a.estimates["final_accuracy"].mean, ref.estimates["final_accuracy"].mean
+            rows.append({"configuration": a.label, "reference": ref.label,
+                         "final accuracy": fmt_est("final_accuracy", a.estimates["final_accuracy"]),
+                         "reference accuracy": fmt_est("final_accuracy", ref.estimates["final_accuracy"]),
+                         "accuracy lost": NA if mean is None or rmean is None else f"{rmean - mean:+.3f}",
+                         "significant at 95%?": welch(ref.values["final_accuracy"], a.values["final_accuracy"]).text()})
+        L += [md_table(rows), ""]
+    L += ["<details><summary>What the figures mean</summary>", ""]
+    L += [f"- **{m.title}**: {m.doc}." for m in METRICS]
+    L += ["", "</details>", ""]
+    L += ["## Accuracy over time", ""]
+    if plots:
+        for title, path in plots:
+            L += [f"![accuracy over time: {title}]({path.name})", ""]
+        L += ["One line per configuration: the mean over its completed seeds; the band is the 95% confidence "
+              "interval across seeds; vertical lines mark the kills at their mean time over seeds (black when "
+              "every configuration in the plot has the same kills, else in the colour of each).", ""]
+    else:
+        L += ["(no completed run recorded an accuracy timeline)", ""]
+    L += cost_section(aggs, pricing, target)
+    L += ["## Incomplete and failed runs", ""]
+    if not_done:
+        L += [md_table([{"run": r.rel, "configuration": r.label, "seed": r.seed if r.seed is not None else NA,
+                         "status": r.status.upper(), "reason": r.reason or NA} for r in not_done]), ""]
+        L += ["`failed`: the run ended but its training did not complete; `incomplete`: no summary.json "
+              "(the launcher was killed or crashed); `broken`: its files cannot be read.", ""]
+    else:
+        L += ["None: every run completed.", ""]
+    L += configuration_section(aggs, seeds, src)
+    L += machine_section(machine, machine_note)
+    L += reproduce_section(sweep, runs, src)
+    L += ["## All runs", ""]
+    L += [md_table([{"run": r.rel, "configuration": r.label, "seed": r.seed if r.seed is not None else NA,
+                     "status": r.status if r.status == "completed" else f"{r.status.upper()} {DAGGER}",
+                     "final accuracy": fmt_value("final_accuracy", r.metrics.get("final_accuracy")),
+                     f"time to {target:.2f} (s)": fmt_value("time_to_target_s", r.metrics.get("time_to_target_s")),
+                     "samples/s": fmt_value("samples_per_s", r.metrics.get("samples_per_s")),
+                     "recovery (s)": fmt_value("recovery_s", r.metrics.get("recovery_s")),
+                     "lost steps": fmt_value("lost_steps", r.metrics.get("lost_steps")),
+                     "wall (s)": NA if not (r.summary or {}).get("wall_s") else f"{r.summary['wall_s']:.0f}"}
+                    for r in runs]), ""]
+    L += ["Machine-readable: [results.json](results.json), [results.csv](results.csv).", ""]
+    return "\n".join(L)
+
+
+def cost_section(aggs: list[ConfigAggregate], pricing: Pricing, target: float) -> list[str]:
+    L = ["## Cost", ""]
+    if pricing.used:
+        for inst in pricing.used.values():
+            gpu = f", {inst.gpus} x {inst.gpu}" if inst.gpus else ""
+            L += [f"Priced as **{inst.name}** ({inst.provider}, {inst.vcpus} vCPU{gpu}, ${inst.usd_per_hour:g}/hour "
+                  f"= ${inst.usd_per_vcpu_s:.3g} per vCPU-second; source: {inst.source}) from the price table "
+                  f"`{pricing.path.name}` ({pricing.note})."]
+        L += ["", "Rule: every rank (PS, replicas, evaluator, workers) holds one vCPU (a GPU rank: one GPU) for "
+              "the run's training seconds; rank-seconds by role are means over the completed seeds. Edit "
+              "`benchmarks/prices.toml` or pass `--prices`/`--instance` to `psbench report` to price it "
+              "otherwise.", ""]
+    rows = []
+    for a in aggs:
+        rank_s = a.record()["rank_s"]
+        row = {"configuration": a.label}
+        row.update({f"{r} rank-s": NA if rank_s[r] is None else f"{rank_s[r]:.0f}" for r in ROLES})
+        total = sum(v for v in rank_s.values() if v is not None) if any(v is not None for v in rank_s.values()) else None
+        row["total rank-s"] = NA if total is None else f"{total:.0f}"
+        row["$ per run"] = fmt_est("cost_usd", a.estimates["cost_usd"])
+        row[f"$ to reach {target:.2f}"] = fmt_est("cost_to_target_usd", a.estimates["cost_to_target_usd"])
+        rows.append(row)
+    return L + [md_table(rows), ""]
+
+
+def configuration_section(aggs: list[ConfigAggregate], seeds: list, src: Path) -> list[str]:
+    configs = [a.config for a in aggs if a.label != "unknown"]
+    L = ["## Configuration", ""]
+    if not configs:
+        return L + ["(no readable config.json)", ""]
+    varying = naming.varying_keys(configs)
+    common = {k: v for k, v in naming.identity(configs[0]).items() if k not in varying}
+    common["seeds"] = ", ".join(map(str, seeds))
+    if configs[0].get("data_dir"):
+        common["data_dir"] = configs[0]["data_dir"]
+    L += ["Shared by every run:", "", md_table([{"setting": k, "value": json.dumps(v) if isinstance(v, (list, dict))
+                                                 else str(v)} for k, v in sorted(common.items())]), ""]
+    if varying:
+        L += ["What distinguishes the configurations:", ""]
+        L += [md_table([{"configuration": a.label, **{k: json.dumps(a.config.get(k)) if isinstance(a.config.get(k), list)
+                                                     else str(a.config.get(k)) for k in varying}}
+                        for a in aggs if a.label != "unknown"]), ""]
+    if (src / "sweep.toml").exists():
+        L += ["<details><summary>The sweep file</summary>", "", "```toml", (src / "sweep.toml").read_text().rstrip(),
+              "```", "", "</details>", ""]
+    return L
+
+
+def machine_section(machine: dict, note: str) -> list[str]:
+    L = ["## Machine", "", f"_{note[0].upper() + note[1:]}._", ""]
+    rows = [{"": "cores", "value": machine.get("cores")}, {"": "CPU", "value": machine.get("cpu")},
+            {"": "memory (GiB)", "value": machine.get("memory_gib")}, {"": "GPU", "value": machine.get("gpu")},
+            {"": "OS", "value": machine.get("os")}, {"": "host", "value": machine.get("host")},
+            {"": "recorded", "value": machine.get("recorded")}]
+    L += [md_table(rows), "", "## Library versions", ""]
+    L += [md_table([{"library": k, "version": v} for k, v in (machine.get("versions") or {}).items()]), ""]
+    return L
+
+
+def reproduce_section(sweep: dict | None, runs: list[RunRecord], src: Path) -> list[str]:
+    L = ["## Reproduce", ""]
+    planned = {}
+    if sweep:
+        L += ["The whole sweep (re-running it resumes: finished runs are skipped; delete the sweep directory to "
+              "start over):", "", "```sh", sweep.get("command", ""), "```", ""]
+        planned = {r["slug"]: r["command"] for r in sweep.get("runs", [])}
+    lines = []
+    for r in runs:
+        slug = r.path.name.removesuffix(".partial")
+        cmd = planned.get(slug) or r.command
+        if not cmd and (r.path / "command.txt").exists():
+            cmd = "# mpirun line: " + (r.path / "command.txt").read_text().strip()
+        lines.append(f"# {r.rel}\n{cmd or '# (no command recorded)'}")
+    L += [f"<details><summary>Each run on its own ({len(runs)})</summary>", "", "```sh", "\n".join(lines), "```",
+          "", "</details>", ""]
+    return L
+

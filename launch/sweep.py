@@ -1,0 +1,520 @@
+"""``psbench sweep FILE.toml``: many runs from one file, resumable, then a report.
+
+A sweep file (TOML; examples in ``benchmarks/sweeps/``)::
+
+    name = "demo"            # default: the file's stem; runs go to runs/sweeps/<name>
+    seeds = [0, 1, 2]        # every configuration runs once per seed
+    target = 0.70            # the report's target accuracy (optional)
+
+    [base]                   # options of every run: the long options of `psbench run`
+    benchmark = "fmnist-cnn" #   (`-` or `_`), values as on the command line;
+    duration = "35s"         #   flags are true/false, --kill-ps takes a string or a list
+    kill-ps = "33%"
+
+    [grid]                   # lists: every combination is a configuration
+    mode = ["checkpoint", "chain", "stateless"]
+    kill-ps = ["", "33%", "33%,67%"]     # "" = no kill
+
+    [[extra]]                # more configurations, each merged over [base] only
+    mode = "none"
+    kill-ps = ""
+
+Configurations = the grid's cross product (with no grid: [base] itself) plus
+the extras; identical ones are run once. Options on the ``psbench sweep``
+command line fix that option for every run: they override [base], the
+extras, and remove the key from [grid] (``--seed N`` or ``--seeds 0,1`` replace
+``seeds``). Every run's configuration is built and validated before anything
+starts.
+
+Runs go seed by seed (all configurations of seed 0 first), each into
+``<out>/runs/<label>-s<seed>.partial/``, renamed to ``<out>/runs/<label>-s<seed>/``
+once its summary is written: a run directory is complete or absent, and a
+sweep killed even with SIGKILL loses no finished run. Re-running the same
+command skips finished runs (their configuration must match) and deletes
+stale ``.partial`` folders. A run whose training failed (``completed: false``)
+is finished: the report marks it. At the end the sweep report is written to
+``reports/<name>/report.md``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import fcntl
+import itertools
+import json
+import os
+import shlex
+import shutil
+import signal
+import sys
+import time
+import tomllib
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from psmodes.atomic import write_text_atomic
+from psmodes.config import ConfigError, RunConfig
+
+from . import naming
+
+TOP_KEYS = ("name", "description", "seeds", "target", "base", "grid", "extra")
+NOT_IN_FILE = {"out": "the sweep puts each run in <out>/runs/", "dry_run": "use psbench sweep --dry-run",
+               "quiet": "use psbench sweep --quiet", "seed": "use the top-level seeds = [...]"}
+SWEEP_OPTIONS = ("out", "dry_run", "quiet")  # run options with a sweep meaning on `psbench sweep`
+
+
+@dataclass
+class PlannedRun:
+    slug: str            # directory name: <label>-s<seed>
+    label: str           # the configuration's name
+    seed: int
+    argv: list[str]      # `psbench run` options (without --out)
+    config: RunConfig
+
+
+@dataclass
+class Sweep:
+    name: str
+    file: Path
+    out: Path
+    target: float | None
+    seeds: list[int]
+    runs: list[PlannedRun]
+    text: str
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.out / "runs"
+
+
+# ---------------------------------------------------------------- the run options
+
+def run_actions() -> dict:
+    """dest -> argparse action of every `psbench run` option (so new options work here at once)."""
+    from .cli import OneLineParser, add_run_options
+
+    parser = OneLineParser(prog="psbench run")
+    add_run_options(parser)
+    return {a.dest: a for a in parser._actions if a.option_strings and a.dest != "help"}
+
+
+def run_parser():
+    from .cli import OneLineParser, add_run_options
+
+    parser = OneLineParser(prog="psbench run")
+    add_run_options(parser)
+    return parser
+
+
+def _flag(action) -> str:
+    return max(action.option_strings, key=len)
+
+
+def _dest(key: str, where: str, actions: dict) -> str:
+    dest = str(key).strip().lstrip("-").replace("-", "_")
+    if dest in NOT_IN_FILE:
+        raise ConfigError(f"{where}: key {key!r} does not belong in a sweep file ({NOT_IN_FILE[dest]})")
+    if dest not in actions:
+        names = [_flag(a)[2:] for d, a in actions.items() if d not in NOT_IN_FILE]
+        close = difflib.get_close_matches(str(key).replace("_", "-"), names, n=1, cutoff=0.5)
+        hint = f"; did you mean {close[0]!r}?" if close else "; the keys are the long options of psbench run"
+        raise ConfigError(f"{where}: unknown key {key!r}{hint}")
+    return dest
+
+
+def option_argv(dest: str, value, where: str, actions: dict) -> list[str]:
+    """One option and its value -> `psbench run` arguments."""
+    action = actions[dest]
+    flag = _flag(action)
+    if action.nargs == 0:  # a flag
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: {flag[2:]} is a flag; write true or false, not {value!r}")
+        return [flag] if value else []
+    if type(action).__name__ == "_AppendAction":
+        items = value if isinstance(value, list) else [value]
+        out = []
+        for item in items:
+            if isinstance(item, (dict, list, bool)):
+                raise ConfigError(f"{where}: {flag[2:]} takes strings such as \"20s\" or \"33%,67%\", not {item!r}")
+            if str(item).strip():
+                out.append(f"{flag}={item}")
+        return out
+    if isinstance(value, (list, dict)):
+        raise ConfigError(f"{where}: {flag[2:]} takes one value, not {value!r} (lists belong in [grid])")
+    if isinstance(value, bool):
+        raise ConfigError(f"{where}: {flag[2:]} takes a value, not {str(value).lower()}")
+    return [f"{flag}={value}"]
+
+
+def options_argv(options: dict, actions: dict) -> list[str]:
+    """dest -> value (merged, validated keys) -> `psbench run` arguments, in a stable order."""
+    argv = []
+    for dest in sorted(options):
+        argv += option_argv(dest, options[dest], f"option {_flag(actions[dest])}", actions)
+    return argv
+
+
+# ---------------------------------------------------------------- reading a sweep file
+
+def _table(doc: dict, key: str, where: str) -> dict:
+    value = doc.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: {key} must be a table ([{key}]), not {value!r}")
+    return value
+
+
+def _options(table: dict, where: str, actions: dict, lists: bool = False) -> dict:
+    out = {}
+    for key, value in table.items():
+        dest = _dest(key, where, actions)
+        if dest in out:
+            raise ConfigError(f"{where}: {key!r} is given twice (with - and _)")
+        if lists:
+            if not isinstance(value, list) or not value:
+                raise ConfigError(f"{where}: {key} must be a non-empty list of values, e.g. {key} = [1, 2]")
+            for v in value:
+                option_argv(dest, v, where, actions)
+        else:
+            option_argv(dest, value, where, actions)
+        out[dest] = value
+    return out
+
+
+def _seeds(value, where: str) -> list[int]:
+    items = value if isinstance(value, list) else [value]
+    if not items or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in items):
+        raise ConfigError(f"{where}: seeds must be a list of whole numbers >= 0, e.g. seeds = [0, 1, 2]; got {value!r}")
+    return list(dict.fromkeys(items))
+
+
+def parse_seeds(text: str) -> list[int]:
+    try:
+        return _seeds([int(s) for s in str(text).split(",") if s.strip()], "--seeds")
+    except ValueError:
+        raise ConfigError(f"--seeds {text!r}: write whole numbers separated by commas, e.g. 0,1,2") from None
+
+
+def load(path: str | Path, overrides: dict | None = None, seeds: list[int] | None = None,
+         out: str | None = None, target: float | None = None) -> Sweep:
+    """Reads, expands and validates a sweep; raises ConfigError (one line) on bad input."""
+    from .cli import config_from_args, resolve_data
+
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"sweep file {path} not found (the examples are in benchmarks/sweeps/)") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read sweep file {path}: {exc}") from None
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    for key in doc:
+        if key not in TOP_KEYS:
+            close = difflib.get_close_matches(key, TOP_KEYS, n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; the top-level keys are {', '.join(TOP_KEYS)}"
+            raise ConfigError(f"{path}: unknown top-level key {key!r}{hint} (run options go in [base] or [grid])")
+    actions = run_actions()
+    name = naming.sanitize(str(doc.get("name") or path.stem))
+    if not name:
+        raise ConfigError(f"{path}: name {doc.get('name')!r} gives an empty folder name")
+    file_seeds = _seeds(doc.get("seeds", [0]), f"{path}")
+    if target is None and "target" in doc:
+        target = doc["target"]
+    if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target <= 1):
+        raise ConfigError(f"{path}: target must be an accuracy in (0, 1], got {target!r}")
+    base = _options(_table(doc, "base", str(path)), f"{path} [base]", actions)
+    grid = _options(_table(doc, "grid", str(path)), f"{path} [grid]", actions, lists=True)
+    extras_doc = doc.get("extra", [])
+    if isinstance(extras_doc, dict):
+        extras_doc = [extras_doc]
+    if not isinstance(extras_doc, list) or not all(isinstance(e, dict) for e in extras_doc):
+        raise ConfigError(f"{path}: extra must be tables: write [[extra]] before each one")
+    extras = [_options(e, f"{path} [[extra]] #{i + 1}", actions) for i, e in enumerate(extras_doc)]
+    fixed = {}
+    for dest, value in (overrides or {}).items():
+        if dest in SWEEP_OPTIONS:
+            continue
+        if dest == "seed":
+            seeds = [value] if seeds is None else seeds
+            continue
+        fixed[dest] = value
+    seeds = _seeds(seeds, "--seeds") if seeds is not None else file_seeds
+
+    # the configurations, in file order: grid combinations, then extras; a command-line option fixes its key
+    # a grid key fixed on the command line stays in the names (chain-kills1-sync-s0 whatever the override)
+    kept = [k for k, v in grid.items() if k in fixed and len(v) > 1]
+    grid = {k: v for k, v in grid.items() if k not in fixed}
+    options_list = [{**base, **dict(zip(grid, combo)), **fixed} for combo in itertools.product(*grid.values())]
+    options_list += [{**base, **extra, **fixed} for extra in extras]
+    parser = run_parser()
+    configs: list[tuple[list[str], RunConfig]] = []
+    seen: set[str] = set()
+    data_checked: dict[tuple, str | None] = {}
+    for options in options_list:
+        argv = options_argv(options, actions)
+        try:
+            cfg = config_from_args(parser.parse_args(argv + [f"--seed={seeds[0]}"]))
+            key = (cfg.benchmark, cfg.data_dir)
+            if key not in data_checked:
+                resolve_data(cfg)
+                data_checked[key] = cfg.data_dir
+            cfg.data_dir = data_checked[key]
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: the run `psbench run {shlex.join(argv)}`: {exc}") from None
+        ident = naming.key_of(cfg.to_dict())
+        if ident not in seen:
+            seen.add(ident)
+            configs.append((argv, cfg))
+    dicts = [cfg.to_dict() for _, cfg in configs]
+    keys = naming.varying_keys(dicts)
+    keys += [f for f in (_field(k, dicts[0]) for k in kept) if f and f not in keys]
+    rank = {k: i for i, k in enumerate(naming.ORDER)}
+    keys.sort(key=lambda k: (rank.get(k, len(naming.ORDER)), k))
+    labels = naming.labels(dicts, keys) if keys else [configs[0][1].mode]  # nothing varies: name it by its mode
+    out_dir = Path(out) if out else Path("runs") / "sweeps" / name
+    runs = []
+    for seed in seeds:
+        for (argv, cfg), label in zip(configs, labels):
+            runs.append(PlannedRun(f"{label}-s{seed}", label, seed, argv + [f"--seed={seed}"],
+                                   dataclasses.replace(cfg, seed=seed)))
+    return Sweep(name, path, out_dir, None if target is None else float(target), seeds, runs, text)
+
+
+def _field(dest: str, config: dict) -> str | None:
+    """The config.json field of a `psbench run` option (duration -> duration_s, ...)."""
+    for name in (dest, f"{dest}_s", {"threads": "threads_per_rank", "no_evaluator": "evaluator",
+                                     "no_oversubscribe": "oversubscribe"}.get(dest)):
+        if name and name in config:
+            return name
+    return None
+
+
+# ---------------------------------------------------------------- state on disk
+
+def finished(sweep: Sweep, run: PlannedRun) -> bool:
+    """Whether ``run`` is done; a finished run of another configuration is an error."""
+    final = sweep.runs_dir / run.slug
+    if not final.exists():
+        return False
+    try:
+        old = json.loads((final / "config.json").read_text())
+    except (OSError, ValueError):
+        raise ConfigError(f"{final} has no readable config.json; remove it") from None
+    if not (final / "summary.json").exists():
+        raise ConfigError(f"{final} has no summary.json (not written by psbench sweep?); remove it")
+    new = run.config.to_dict()
+    for key in sorted(set(old) | set(new)):
+        if key in ("run_dir", "data_dir", "format_version"):
+            continue
+        if old.get(key) != new.get(key):
+            raise ConfigError(f"{final} holds a finished run of another configuration ({key}: {old.get(key)!r} "
+                              f"there, {new.get(key)!r} now); use another --out or remove it")
+    return True
+
+
+class Lock:
+    """One sweep process per sweep directory (flock: released even on SIGKILL)."""
+
+    def __init__(self, out: Path) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        self.fh = open(out / ".lock", "a+")
+        try:
+            fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.fh.seek(0)
+            holder = self.fh.read().strip() or "?"
+            self.fh.close()
+            raise ConfigError(f"another psbench sweep (pid {holder}) is running in {out}") from None
+        self.fh.seek(0)
+        self.fh.truncate()
+        self.fh.write(str(os.getpid()))
+        self.fh.flush()
+
+    def release(self) -> None:
+        self.fh.close()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def plan_record(sweep: Sweep, command: list[str]) -> dict:
+    return {
+        "name": sweep.name, "file": str(sweep.file), "command": shlex.join(["psbench", *command]),
+        "target": sweep.target, "seeds": sweep.seeds,
+        "runs": [{"slug": r.slug, "label": r.label, "seed": r.seed,
+                  "command": shlex.join(["psbench", "run", *r.argv, "--out", str(sweep.runs_dir / r.slug)])}
+                 for r in sweep.runs],
+    }
+
+
+# ---------------------------------------------------------------- running
+
+class SweepProgress:
+    """A tqdm bar over runs on a terminal (runs done, the current run, the time left);
+    plain lines otherwise. Time left = the runs still to go times the mean time of the
+    runs finished so far (before the first: the run length plus a start-up allowance),
+    less what the current run has already taken."""
+
+    STARTUP_S = 12.0  # a run's start-up and shut-down on 2 cores, until one is measured
+
+    def __init__(self, total: int, done: int, quiet: bool, expected_s: float | None = None) -> None:
+        self.total, self.done, self.quiet = total, done, quiet
+        self.expected_s = (expected_s or 30.0) + self.STARTUP_S
+        self.bar = None
+        self.walls: list[float] = []
+        self.t_run = None
+        self.last_refresh = 0.0
+        if not quiet and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=done, unit="run", dynamic_ncols=True, file=sys.stderr,
+                            bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} runs [{elapsed}{postfix}]")
+
+    def left_s(self) -> float:
+        per_run = sum(self.walls) / len(self.walls) if self.walls else self.expected_s
+        running = time.monotonic() - self.t_run if self.t_run is not None else 0.0
+        to_go = self.total - self.done - (1 if self.t_run is not None else 0)
+        return to_go * per_run + (max(per_run - running, 0.0) if self.t_run is not None else 0.0)
+
+    def start(self, slug: str) -> None:
+        self.t_run = time.monotonic()
+        if self.bar is not None:
+            self.bar.set_description_str(slug, refresh=False)
+            self.tick(None, None, force=True)
+        elif not self.quiet:
+            print(f"[{self.done + 1}/{self.total}] {slug}: running; about {_minutes(self.left_s())} left",
+                  file=sys.stderr, flush=True)
+
+    def tick(self, elapsed, step, force: bool = False) -> None:
+        if self.bar is None or (not force and time.monotonic() - self.last_refresh < 0.5):
+            return
+        self.last_refresh = time.monotonic()
+        parts = [f"run {time.monotonic() - self.t_run:.0f}s"]
+        if step is not None:
+            parts.append(f"step {step}")
+        parts.append(f"~{_minutes(self.left_s())} left")
+        self.bar.set_postfix_str(", ".join(parts), refresh=False)
+        self.bar.refresh()
+
+    def finish(self, line: str) -> None:
+        self.done += 1
+        self.walls.append(time.monotonic() - self.t_run)
+        self.t_run = None
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.write(line)
+        elif not self.quiet:
+            left = self.left_s()
+            print(f"[{self.done}/{self.total}] {line}" + (f"; about {_minutes(left)} left" if left else ""),
+                  file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def _result_line(run: PlannedRun, summary: dict, wall: float) -> str:
+    acc = summary.get("final_accuracy")
+    status = "completed" if summary.get("completed") else f"NOT COMPLETED ({summary.get('exit_reason')})"
+    return f"{run.slug}: {status}, final accuracy {'-' if acc is None else f'{acc:.3f}'}, {wall:.0f} s"
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def execute(sweep: Sweep, command: list[str], quiet: bool = False, report_dir: str | None = None) -> int:
+    """Runs what is left of ``sweep``, then writes its report. Exit status: 0 when every run
+    is finished, 1 when a run could not be (the report lists it), 130 when interrupted."""
+    from .machine import machine_info
+    from .runner import run_job
+
+    lock = Lock(sweep.out)
+    previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        sweep.runs_dir.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(sweep.out / "sweep.json", json.dumps(plan_record(sweep, command), indent=2) + "\n")
+        write_text_atomic(sweep.out / "sweep.toml", sweep.text)
+        if not (sweep.out / "machine.json").exists():
+            write_text_atomic(sweep.out / "machine.json", json.dumps(machine_info(), indent=2) + "\n")
+        for stale in sorted(sweep.runs_dir.glob("*.partial")):
+            shutil.rmtree(stale, ignore_errors=True)
+        todo = [r for r in sweep.runs if not finished(sweep, r)]
+        done = len(sweep.runs) - len(todo)
+        if not quiet:
+            print(f"sweep {sweep.name}: {len(sweep.runs)} runs ({done} already finished) in {sweep.out}",
+                  file=sys.stderr, flush=True)
+        lengths = [r.config.duration_s for r in todo if r.config.duration_s]
+        progress = SweepProgress(len(sweep.runs), done, quiet, max(lengths) if lengths else None)
+        broken = 0
+        interrupted = False
+        try:
+            for run in todo:
+                partial, final = sweep.runs_dir / f"{run.slug}.partial", sweep.runs_dir / run.slug
+                cfg = dataclasses.replace(run.config, run_dir=str(partial.resolve()))
+                progress.start(run.slug)
+                t0 = time.monotonic()
+                try:
+                    summary = run_job(cfg, quiet=True, tick=progress.tick)
+                except KeyboardInterrupt:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a launcher bug: keep the evidence, go on
+                    broken += 1
+                    partial.mkdir(parents=True, exist_ok=True)
+                    (partial / "sweep-error.txt").write_text(traceback.format_exc())
+                    progress.finish(f"{run.slug}: LAUNCHER ERROR {type(exc).__name__}: {exc} (kept in {partial})")
+                    continue
+                if summary.get("exit_reason") == "interrupted by the user":
+                    interrupted = True  # not finished: stays .partial and runs again next time
+                    break
+                cfg.run_dir = str(final.resolve())
+                cfg.save(partial / "config.json")
+                os.rename(partial, final)
+                _fsync_dir(sweep.runs_dir)
+                progress.finish(_result_line(run, summary, time.monotonic() - t0))
+                if str(summary.get("exit_reason", "")).endswith("(interrupted by the user)"):
+                    interrupted = True
+                    break
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            progress.close()
+        if interrupted:
+            print(f"psbench: sweep interrupted; finished runs are kept in {sweep.runs_dir}; "
+                  f"run the same command again to resume", file=sys.stderr)
+            return 130
+        from .report import write_report
+
+        path = write_report(sweep.out, Path(report_dir) if report_dir else Path("reports") / sweep.name,
+                            target=sweep.target)
+        print(f"sweep directory: {sweep.out}")
+        print(f"report: {path}")
+        return 1 if broken else 0
+    finally:
+        signal.signal(signal.SIGTERM, previous_term)
+        lock.release()
+
+
+def dry_run(sweep: Sweep) -> int:
+    rows = []
+    for run in sweep.runs:
+        try:
+            state = "done" if finished(sweep, run) else "to run"
+        except ConfigError as exc:
+            state = f"conflict: {exc}"
+        rows.append(f"{state:7} {shlex.join(['psbench', 'run', *run.argv, '--out', str(sweep.runs_dir / run.slug)])}")
+    print(f"# sweep {sweep.name}: {len(sweep.runs)} runs into {sweep.out}")
+    print("\n".join(rows))
+    return 0

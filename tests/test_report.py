@@ -1,0 +1,206 @@
+"""Reports and comparisons: confidence intervals against a known sample, a report of
+a folder with broken and unfinished runs, `compare` on fixed summaries. The run
+directories here are written by the test (no MPI), so every number is known."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from conftest import psbench
+
+
+# ---------------------------------------------------------------- statistics
+
+def test_ci95_of_a_known_sample():
+    from launch.stats import mean_ci, t_quantile
+
+    est = mean_ci([1, 2, 3, 4, 5])
+    assert est.mean == 3 and est.n == 5
+    assert t_quantile(5) == pytest.approx(2.7764, abs=1e-4)
+    # s = sqrt(2.5), half-width = t(0.975, 4) * s / sqrt(5)
+    assert est.half_width == pytest.approx(2.776445 * math.sqrt(2.5) / math.sqrt(5), rel=1e-5)
+    assert est.half_width == pytest.approx(1.9632, abs=1e-4)
+    assert (est.low, est.high) == pytest.approx((3 - 1.96324, 3 + 1.96324), abs=1e-4)
+    one = mean_ci([0.8])
+    assert one.mean == 0.8 and one.half_width is None and one.n == 1
+    assert mean_ci([None, float("nan"), 2.0, 4.0]).mean == 3.0
+    assert mean_ci([]).n == 0
+
+
+def test_welch_against_hand_computed_values():
+    from launch.stats import welch
+
+    # means 3 and 5, variances 2.5 and 2.5, n = 5: t = -2, df = 8, two-sided p = 0.0805
+    t = welch([1, 2, 3, 4, 5], [3, 4, 5, 6, 7])
+    assert t.p == pytest.approx(0.08052, abs=1e-4) and t.significant is False
+    assert welch([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]).significant is True
+    assert welch([0.8], [0.7, 0.75]).text() == "n/a (n=1)"
+    assert welch([1.0, 1.0], [1.0, 1.0]).significant is False
+
+
+# ---------------------------------------------------------------- fabricated run directories
+
+def write_run(folder: Path, mode: str, seed: int, acc: float, kills: int = 0, summary: str | dict | None = "ok",
+              evaluator: bool = True) -> Path:
+    """A run directory as the launcher leaves it: config.json, events, and a summary.json
+    (``summary``: "ok", None for none, or raw text)."""
+    from psmodes.config import RunConfig
+
+    folder.mkdir(parents=True)
+    cfg = RunConfig(benchmark="synthetic", mode=mode, duration_s=20.0, seed=seed, evaluator=evaluator,
+                    kill_ps=["10s"] if kills else [], run_dir=str(folder))
+    (folder / "config.json").write_text(json.dumps(cfg.to_dict()))
+    (folder / "events").mkdir()
+    t0 = 1_000_000.0
+    ps = [{"t": t0, "ev": "train_start", "who": "ps", "t0_ms": t0 * 1000}]
+    if mode == "checkpoint":
+        ps += [{"t": t0 + i, "ev": "checkpoint_start", "who": "ps", "version": 100 * i, "copy_s": 0.01,
+                "waited_s": 0.01} for i in (1, 2, 3, 4, 5)]
+    (folder / "events" / "ps.jsonl").write_text("".join(json.dumps(e) + "\n" for e in ps))
+    timeline = [[0.0, 0, 0.1], [5.0, 100, 0.5], [10.0 + seed, 200, 0.72], [20.0, 400, acc]]
+    if summary is None:
+        return folder
+    if isinstance(summary, str) and summary != "ok":
+        (folder / "summary.json").write_text(summary)
+        return folder
+    s = {"summary_version": 1, "benchmark": "synthetic", "mode": mode, "workers": 2, "seed": seed,
+         "completed": True, "exit_reason": "completed", "final_accuracy": acc, "accuracy_timeline": timeline,
+         "samples_per_s": 1000.0 + 10 * seed, "steps": 400, "train_s": 20.0, "wall_s": 30.0,
+         "kills": [{"t_s": 10.0, "pid": 1, "host": "h", "role": "ps", "at": "10s"}] if kills else [],
+         "detections": [{"latency_s": 0.05}] if kills else [],
+         "recoveries": [{"mode": mode, "recovery_s": 2.0 + seed, "lost_steps": 10 * seed, "idle_s": 1.0,
+                         "buffered_updates": 0}] if kills else []}
+    if isinstance(summary, dict):
+        s.update(summary)
+    (folder / "summary.json").write_text(json.dumps(s))
+    return folder
+
+
+@pytest.fixture
+def fake_sweep(tmp_path):
+    root = tmp_path / "sweep"
+    runs = root / "runs"
+    accs = {"none": [0.80, 0.82, 0.84], "checkpoint": [0.76, 0.78, 0.80]}
+    for mode, values in accs.items():
+        for seed, acc in enumerate(values):
+            write_run(runs / f"{mode}-s{seed}", mode, seed, acc, kills=0 if mode == "none" else 1)
+    # one of each kind of trouble, all of configuration checkpoint
+    write_run(runs / "checkpoint-s3", "checkpoint", 3, 0.5, kills=1, summary='{"summary_version": 1, "bench')
+    write_run(runs / "checkpoint-s4.partial", "checkpoint", 4, 0.5, kills=1, summary=None)
+    write_run(runs / "checkpoint-s5", "checkpoint", 5, 0.5, kills=1,
+              summary={"completed": False, "exit_reason": "watchdog: the run exceeded its deadline"})
+    return root
+
+
+def test_report_renders_and_marks_broken_runs(fake_sweep, tmp_path):
+    out = tmp_path / "report"
+    proc = psbench("report", str(fake_sweep), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    text = (out / "report.md").read_text()
+    # every run is there; the three bad ones are marked and out of the means
+    assert "**3 of 9 runs did not complete**" in text
+    section = text.split("## Incomplete and failed runs")[1].split("##")[0]
+    for rel, status in (("runs/checkpoint-s3", "BROKEN"), ("runs/checkpoint-s4.partial", "INCOMPLETE"),
+                        ("runs/checkpoint-s5", "FAILED")):
+        row = next(ln for ln in section.splitlines() if f"| {rel} " in ln)
+        assert status in row, row
+    assert "summary.json unreadable" in section and "unfinished sweep run" in section and "watchdog" in section
+    assert "| 3/6 †" in text  # checkpoint: 3 of its 6 runs completed
+    # mean ± CI over the three completed seeds: 0.78 ± t(0.975,2)*0.02/sqrt(3) = 0.050
+    row = next(ln for ln in text.splitlines() if ln.startswith("| checkpoint-kills1 ") and "0.780" in ln)
+    assert "0.780 ± 0.050" in row
+    assert "0.820 ± 0.050" in text  # none
+    # checkpoint overhead: 5 x (0.01 + 0.01) s over 20 s of training = 0.5 %
+    assert "0.50 ± 0.00" in text or "| 0.50 " in text
+    # the findings come from the numbers: sd 0.02 on both sides, means 0.04 apart over 3 seeds each:
+    # t = 0.04 / sqrt(2 * 0.02**2 / 3) = 2.449, df = 4, two-sided p = 0.0705
+    findings = text.split("## Findings")[1].split("## Results")[0]
+    assert "**checkpoint-kills1** ended 0.040 below the no-kill reference none-kills0 (0.820 → 0.780)" in findings
+    assert "the loss is not significant at 95% (p = 0.070, Welch's t-test)" in findings
+    assert (out / "accuracy.png").exists() and "![accuracy over time" in text
+    for section_title in ("## Cost", "## Configuration", "## Machine", "## Library versions", "## Reproduce"):
+        assert section_title in text
+    results = json.loads((out / "results.json").read_text())
+    ck = next(c for c in results["configs"] if c["label"] == "checkpoint-kills1")
+    assert ck["runs"] == 6 and ck["completed"] == 3
+    assert ck["metrics"]["final_accuracy"]["values"] == [0.76, 0.78, 0.80]
+    assert len(results["runs"]) == 9
+    assert {r["status"] for r in results["runs"]} == {"completed", "broken", "incomplete", "failed"}
+    assert (out / "results.csv").read_text().count("\n") == 10
+
+
+def test_report_of_a_folder_without_runs_is_one_line(tmp_path):
+    proc = psbench("report", str(tmp_path), "--out", str(tmp_path / "r"))
+    assert proc.returncode == 2 and "holds no runs" in proc.stderr and "Traceback" not in proc.stderr
+    proc = psbench("report", str(tmp_path / "missing"))
+    assert proc.returncode == 2 and "not a directory" in proc.stderr
+
+
+# ---------------------------------------------------------------- compare
+
+def rows(markdown: str) -> list[list[str]]:
+    out = []
+    for line in markdown.splitlines():
+        if line.startswith("|") and not line.startswith("|:"):
+            out.append([c.strip() for c in line.strip("|").split("|")])
+    return out
+
+
+def test_compare_two_fixed_summaries(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    base = {"completed": True, "exit_reason": "completed", "train_s": 20.0,
+            "kills": [{"t_s": 7.0, "role": "ps"}]}
+    (a / "summary.json").write_text(json.dumps({**base, "mode": "checkpoint", "final_accuracy": 0.80,
+        "accuracy_timeline": [[0, 0, 0.1], [5, 100, 0.6], [10, 200, 0.75], [20, 400, 0.8]],
+        "samples_per_s": 1500.0, "detections": [{"latency_s": 0.05}],
+        "recoveries": [{"recovery_s": 8.0, "lost_steps": 40, "idle_s": 9.5, "buffered_updates": 0}]}))
+    (b / "summary.json").write_text(json.dumps({**base, "mode": "chain", "final_accuracy": 0.78,
+        "accuracy_timeline": [[0, 0, 0.1], [5, 100, 0.65], [8, 160, 0.71], [20, 420, 0.78]],
+        "samples_per_s": 1600.0, "detections": [{"latency_s": 0.04}],
+        "recoveries": [{"recovery_s": 0.6, "lost_steps": 0, "idle_s": 0.5, "buffered_updates": 0}]}))
+    proc = psbench("compare", str(a / "summary.json"), str(b / "summary.json"), "--out", str(tmp_path / "c.md"))
+    assert proc.returncode == 0, proc.stderr
+    assert "## A: checkpoint vs B: chain" in proc.stdout
+    assert rows(proc.stdout) == [
+        ["metric", "A", "B", "B − A", "significant at 95%?"],
+        ["final accuracy", "0.800 (n=1)", "0.780 (n=1)", "-0.020", "n/a (n=1)"],
+        ["time to target (s)", "10.0 (n=1)", "8.0 (n=1)", "-2.0", "n/a (n=1)"],
+        ["samples/s", "1500 (n=1)", "1600 (n=1)", "+100", "n/a (n=1)"],
+        ["detection (s)", "0.05 (n=1)", "0.04 (n=1)", "-0.01", "n/a (n=1)"],
+        ["recovery (s)", "8.00 (n=1)", "0.60 (n=1)", "-7.40", "n/a (n=1)"],
+        ["lost steps", "40.0 (n=1)", "0.0 (n=1)", "-40.0", "n/a (n=1)"],
+        ["worker idle (s)", "9.50 (n=1)", "0.50 (n=1)", "-9.00", "n/a (n=1)"],
+        ["buffered updates", "0.0 (n=1)", "0.0 (n=1)", "0.0", "n/a (n=1)"],
+    ]
+    assert (tmp_path / "c.md").read_text().strip() == proc.stdout.strip()
+
+
+def test_compare_two_reports_tests_significance(fake_sweep, tmp_path):
+    first = psbench("report", str(fake_sweep), "--out", str(tmp_path / "a"))
+    assert first.returncode == 0, first.stderr
+    results = json.loads((tmp_path / "a" / "results.json").read_text())
+    for c in results["configs"]:  # B: the same runs, 0.05 more accurate everywhere
+        fa = c["metrics"]["final_accuracy"]
+        fa["values"] = [round(v + 0.05, 4) for v in fa["values"]]
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "results.json").write_text(json.dumps(results))
+    proc = psbench("compare", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert proc.returncode == 0, proc.stderr
+    sections = proc.stdout.split("## ")[1:]
+    assert [s.splitlines()[0] for s in sections] == ["none-kills0", "checkpoint-kills1"]
+    acc = next(r for r in rows(sections[1]) if r[0] == "final accuracy")
+    # +0.05 with a standard deviation of 0.02 over 3 seeds each: t = 3.06, df = 4, p = 0.0375
+    assert acc[1:4] == ["0.780 ± 0.050 (n=3)", "0.830 ± 0.050 (n=3)", "+0.050"]
+    assert acc[4] == "yes (p = 0.038)"
+    same = next(r for r in rows(sections[1]) if r[0] == "samples/s")
+    assert same[3] == "0" and same[4] == "no (p = 1.000)"
+
+
+def test_compare_bad_input_is_one_line(tmp_path):
+    (tmp_path / "x.json").write_text("[1, 2]")
+    proc = psbench("compare", str(tmp_path / "x.json"), str(tmp_path / "missing"))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
