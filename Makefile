@@ -3,7 +3,7 @@ VENV ?= .venv
 PSBENCH = $(VENV)/bin/psbench
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-quick doctor clean
+.PHONY: setup demo paper test test-quick doctor clean
 
 setup:
 	bash scripts/setup.sh
@@ -13,6 +13,9 @@ doctor: setup
 
 demo: setup
 	bash scripts/demo.sh
+
+paper: setup
+	$(PSBENCH) sweep benchmarks/sweeps/paper.toml
 
 test: setup
 	$(VENV)/bin/python -m pytest -v -rs $(PYTEST_ARGS)

