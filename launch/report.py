@@ -135,7 +135,14 @@ def _same(a: ConfigAggregate, b: ConfigAggregate, key: str) -> bool:
 
 
 def _gap(loss: float) -> str:
-    return f"{loss:.3f} below" if loss >= 0 else f"{-loss:.3f} above"
+    if f"{abs(loss):.3f}" == "0.000":
+        return "level with"
+    return f"{loss:.3f} below" if loss > 0 else f"{-loss:.3f} above"
+
+
+def _signed(x: float) -> str:
+    text = f"{x:+.3f}"
+    return "0.000" if text in ("+0.000", "-0.000") else text
 
 
 def findings(aggs: list[ConfigAggregate], target: float) -> list[str]:
@@ -150,7 +157,7 @@ def findings(aggs: list[ConfigAggregate], target: float) -> list[str]:
             a, ref = cands[0], by_label[cands[0].reference]
             loss = _mean(ref, "final_accuracy") - _mean(a, "final_accuracy")
             out.append(f"- {name}: **{a.label}** ended {_gap(loss)} the no-kill reference {ref.label} "
-                       f"({_mean(ref, 'final_accuracy'):.3f} → {_mean(a, 'final_accuracy'):.3f}); the loss is "
+                       f"({_mean(ref, 'final_accuracy'):.3f} → {_mean(a, 'final_accuracy'):.3f}); the difference is "
                        f"{sig_phrase(welch(ref.values['final_accuracy'], a.values['final_accuracy']))}.")
             continue
         if len(cands) < 2:
@@ -182,13 +189,13 @@ def findings(aggs: list[ConfigAggregate], target: float) -> list[str]:
             ref = refs[best.label]
             loss = _mean(ref, "final_accuracy") - _mean(best, "final_accuracy")
             text = (f"**{best.label}** lost least accuracy: it ended {_gap(loss)} the no-kill reference {ref.label} "
-                    f"({_mean(ref, 'final_accuracy'):.3f} → {_mean(best, 'final_accuracy'):.3f}; the loss is "
+                    f"({_mean(ref, 'final_accuracy'):.3f} → {_mean(best, 'final_accuracy'):.3f}; the difference is "
                     f"{sig_phrase(welch(ref.values['final_accuracy'], best.values['final_accuracy']))})")
             if len(losses) > 1:
                 second = losses[1]
                 loss2 = _mean(refs[second.label], "final_accuracy") - _mean(second, "final_accuracy")
                 test = welch(best.values["final_accuracy"], second.values["final_accuracy"])
-                text += (f"; next {second.label} ({_gap(loss2)}); the difference in final accuracy is "
+                text += (f"; next {second.label} ({_gap(loss2)} the reference); the difference in final accuracy is "
                          f"{sig_phrase(test)}")
             lines.append(text + ".")
         else:
@@ -348,7 +355,7 @@ def render(name, src, sweep, runs, aggs, target, plots, pricing, machine, machin
             rows.append({"configuration": a.label, "reference": ref.label,
                          "final accuracy": fmt_est("final_accuracy", a.estimates["final_accuracy"]),
                          "reference accuracy": fmt_est("final_accuracy", ref.estimates["final_accuracy"]),
-                         "accuracy lost": NA if mean is None or rmean is None else f"{rmean - mean:+.3f}",
+                         "accuracy lost": NA if mean is None or rmean is None else _signed(rmean - mean),
                          "significant at 95%?": welch(ref.values["final_accuracy"], a.values["final_accuracy"]).text()})
         L += [md_table(rows), ""]
     L += ["<details><summary>What the figures mean</summary>", ""]

@@ -119,7 +119,7 @@ def test_report_renders_and_marks_broken_runs(fake_sweep, tmp_path):
     # t = 0.04 / sqrt(2 * 0.02**2 / 3) = 2.449, df = 4, two-sided p = 0.0705
     findings = text.split("## Findings")[1].split("## Results")[0]
     assert "**checkpoint-kills1** ended 0.040 below the no-kill reference none-kills0 (0.820 → 0.780)" in findings
-    assert "the loss is not significant at 95% (p = 0.070, Welch's t-test)" in findings
+    assert "the difference is not significant at 95% (p = 0.070, Welch's t-test)" in findings
     assert (out / "accuracy.png").exists() and "![accuracy over time" in text
     for section_title in ("## Cost", "## Configuration", "## Machine", "## Library versions", "## Reproduce"):
         assert section_title in text
