@@ -27,6 +27,13 @@ from .events import EventLog
 ACTION_NONE, ACTION_SPAWN = 0, 1
 
 
+def no_repair(cfg: RunConfig) -> str:
+    """Why a death ends this job (mode none, or a whole-job restart by the launcher)."""
+    if cfg.recovery == "job-restart":
+        return "job-restart: the job ends and the launcher restarts it from the newest checkpoint"
+    return "mode none has no recovery"
+
+
 class RespawnNow(Exception):
     """The leader announced a respawn; the receiver must join it."""
 
@@ -73,6 +80,10 @@ class Context:
         dead = self.cluster.shrink()
         self.log.emit("detect", via=via, error=str(exc), t_detect=t_detect,
                       dead=[r.label for r in dead], role=self.cluster.me.label, rank=self.cluster.rank)
+        if self.cfg.mode == "chain" and not any(r.kind == "ps" for r in self.cluster.roles):
+            # the head and every replica died before a new tail joined: no copy of the state survives
+            raise RunFailed(f"chain: the head and all replicas died ({', '.join(r.label for r in dead)}); "
+                            "no copy of the PS state survives")
         self._post_action()
         return dead
 
@@ -86,8 +97,8 @@ class Context:
             try:
                 return body()
             except transport.PeerFailed as exc:
-                if self.cfg.mode == "none":
-                    raise RunFailed(f"a peer died and mode none has no recovery ({exc})") from None
+                if self.cfg.dies_with_ps:
+                    raise RunFailed(f"a peer died ({exc}); {no_repair(self.cfg)}") from None
                 self.after_failure(exc, via=via)
                 if after_failure is not None and (result := after_failure()) is not None:
                     return result

@@ -142,3 +142,12 @@ def test_stateless_replay_policies(tmp_path, policy):
 def handover_version(out):
     (hello,) = [h for h in events(out, "hello", "ps-gen1")]
     return hello["leader_version"]
+
+
+def test_chain_fails_promptly_when_head_and_all_replicas_die(tmp_path):
+    # the promoted head is killed before the new tail joined (restart delay 10 s): no copy of the state is left
+    out, s = run_ok(tmp_path, *SYN[:-2], "--restart-delay", "10s", "--mode", "chain", "--duration", "30s",
+                    "--kill-ps", "4s,5s", expect_complete=False)
+    assert not s["completed"] and len(s["kills"]) == 2
+    assert "no copy of the PS state survives" in s["exit_reason"], s["exit_reason"]
+    assert s["wall_s"] < 45  # failed promptly instead of hanging until the watchdog
