@@ -1,7 +1,9 @@
 """The ``psbench`` command line.
 
     psbench run --benchmark fmnist-cnn --mode checkpoint --workers 2 --duration 90s --kill-ps 30s
-    psbench run ... --dry-run        # print the exact mpirun line and exit
+    psbench run ... --dry-run        # print the exact mpirun (or horovodrun) line and exit
+    psbench run ... --hosts n1:4,n2:4 --launcher horovodrun --recovery job-restart
+    psbench slurm [SWEEP.toml] [run options] --nodes 1 --time 00:10:00 [--array] [--submit]
     psbench sweep benchmarks/sweeps/demo.toml [--out DIR] [run options fixed for every run]
     psbench report RUN_OR_SWEEP_DIR [--target 0.70] [--out DIR]
     psbench compare A B              # two report dirs, sweep dirs, run dirs or summary.json files
@@ -72,7 +74,24 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     x.add_argument("--allreduce", default="horovod", help="horovod or mpi")
     x.add_argument("--device", default="auto", help="auto, cpu or cuda (one GPU per local rank)")
     x.add_argument("--threads", type=int, help="torch threads per rank (default: 1 when ranks outnumber cores)")
-    x.add_argument("--no-oversubscribe", action="store_true")
+    x.add_argument("--no-oversubscribe", action="store_true",
+                   help="this machine only: no more ranks than cores (the default there is to oversubscribe)")
+    h = p.add_argument_group("clusters")
+    h.add_argument("--hostfile", help="Open MPI hostfile (`host slots=N` a line); see hostfiles/")
+    h.add_argument("--hosts", help="hosts and slots, e.g. node1:4,node2:4 (inside Slurm: the allocation by default)")
+    h.add_argument("--ps-host", help="the PS's host (default: the first host; replicas go to other hosts)")
+    h.add_argument("--oversubscribe", action="store_true",
+                   help="with hosts: allow more ranks than slots (never the default there)")
+    h.add_argument("--launcher", default="mpirun", help="mpirun or horovodrun (the same job, same flags)")
+    h.add_argument("--recovery", default="ulfm",
+                   help="ulfm (survivors repair the job in place) or job-restart (the PS death ends the job; "
+                        "the launcher restarts it from the newest checkpoint after --restart-delay)")
+    h.add_argument("--max-restarts", type=int, default=3, help="job-restart: restarts before giving up")
+    h.add_argument("--no-ulfm", action="store_true",
+                   help="start mpirun without --with-ft ulfm (a death takes the whole job down)")
+    h.add_argument("--kill-via", default="auto",
+                   help="how the launcher reaches the PS's host: auto (local, srun inside Slurm, else ssh), "
+                        "local, ssh or srun")
     x.add_argument("--dry-run", action="store_true", help="print the mpirun command line and exit")
     x.add_argument("--quiet", action="store_true", help="no progress line")
 
@@ -90,14 +109,37 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
         replay=a.replay, kill_ps=list(a.kill_ps), kill_replica=list(a.kill_replica),
         peer_timeout_s=parse_duration(a.peer_timeout, "--peer-timeout"),
         deadline_s=parse_duration(a.deadline, "--deadline") if a.deadline else None,
-        allreduce=a.allreduce, device=a.device, threads_per_rank=a.threads, oversubscribe=not a.no_oversubscribe,
+        allreduce=a.allreduce, device=a.device, threads_per_rank=a.threads,
+        recovery=a.recovery, max_restarts=a.max_restarts, ulfm=not a.no_ulfm, launcher=a.launcher,
+        ps_host=a.ps_host, kill_via=a.kill_via,
     )
+    from .hosts import placement_of, resolve_hosts
+
+    if a.oversubscribe and a.no_oversubscribe:
+        raise ConfigError("give --oversubscribe or --no-oversubscribe, not both")
+    hosts, _source = resolve_hosts(a.hostfile, a.hosts)
+    cfg.hosts = [h.spec() for h in hosts]
+    # this machine alone: oversubscribed unless told not to; real hosts: only when asked
+    cfg.oversubscribe = a.oversubscribe or (not hosts and not a.no_oversubscribe)
+    if cfg.ulfm and not ulfm_supported():
+        cfg.ulfm = False  # recorded in config.json; the modes that need ULFM refuse below
+        if cfg.recovery == "ulfm" and cfg.mode != "none":
+            raise ConfigError(f"this MPI library has no ULFM (fault tolerance), which --mode {cfg.mode} needs "
+                              "to repair the job in place; use --recovery job-restart")
     cfg.validate()
     from .faults import parse_kills
 
     parse_kills(cfg.kill_ps, "ps", cfg.duration_s)
     parse_kills(cfg.kill_replica, "replica", cfg.duration_s)
+    placement_of(cfg)  # more ranks than slots, an unknown --ps-host: one line now
     return cfg
+
+
+def ulfm_supported() -> bool:
+    from .mpirun import find_mpirun, mpirun_env
+    from .ulfm import supported
+
+    return supported(find_mpirun(), mpirun_env())
 
 
 def resolve_data(cfg: RunConfig) -> None:
@@ -126,14 +168,17 @@ def prepare_run_dir(cfg: RunConfig, out: str | None) -> None:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    from .mpirun import mpirun_command
+    from .hosts import placement_of
+    from .mpirun import launch_command
     from .runner import run_job
 
     cfg = config_from_args(a)
     resolve_data(cfg)
     prepare_run_dir(cfg, a.out)
     if a.dry_run:
-        print(shlex.join(mpirun_command(cfg)))
+        if cfg.hosts:
+            print(placement_of(cfg).table(), file=sys.stderr)
+        print(shlex.join(launch_command(cfg)))
         return 0
     summary = run_job(cfg, quiet=a.quiet)
     print(f"run directory: {cfg.run_dir}")
@@ -159,6 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("b")
     compare.add_argument("--target", type=float, help="target accuracy for runs and summaries (default 0.70)")
     compare.add_argument("--out", help="also write the Markdown to this file")
+    sub.add_parser("slurm", help="a Slurm batch script for a run or a sweep (--array: a job array), "
+                                 "optionally submitted", add_help=False)
     doctor = sub.add_parser("doctor", help="check torch, MPI/ULFM, Horovod and the data")
     doctor.add_argument("--data-dir")
     return parser
@@ -184,6 +231,9 @@ def add_sweep_parser(sub) -> None:
     sweep.add_argument("--seeds", help="comma-separated seeds, replacing the file's seeds (e.g. 0 or 0,1,2)")
     sweep.add_argument("--report-dir", help="where the report goes (default: reports/<name>)")
     sweep.add_argument("--target", type=float, help="target accuracy of the report (default: the file's, else 0.70)")
+    sweep.add_argument("--task", type=int, metavar="I",
+                       help="run only the sweep's run number I (0-based, as --dry-run lists them) and write no "
+                            "report: one task of a Slurm job array (psbench slurm --array)")
 
 
 def add_report_options(p: argparse.ArgumentParser) -> None:
@@ -196,10 +246,13 @@ def cmd_sweep(a: argparse.Namespace, argv: list[str]) -> int:
     from . import sweep
 
     seeds = sweep.parse_seeds(a.seeds) if a.seeds is not None else None
-    overrides = {k: v for k, v in vars(a).items() if k not in ("command", "file", "seeds", "report_dir", "target")}
+    overrides = {k: v for k, v in vars(a).items()
+                 if k not in ("command", "file", "seeds", "report_dir", "target", "task")}
     plan = sweep.load(a.file, overrides=overrides, seeds=seeds, out=getattr(a, "out", None), target=a.target)
     if getattr(a, "dry_run", False):
         return sweep.dry_run(plan)
+    if a.task is not None:
+        return sweep.execute_task(plan, a.task, argv, quiet=getattr(a, "quiet", False))
     return sweep.execute(plan, argv, quiet=getattr(a, "quiet", False), report_dir=a.report_dir)
 
 
@@ -230,6 +283,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        if argv[:1] == ["slurm"]:  # its options are psbench run's or sweep's plus its own: parsed there
+            from .slurm import cmd_slurm
+
+            return cmd_slurm(argv[1:])
         a = parser.parse_args(argv)
         if a.command == "run":
             return cmd_run(a)

@@ -2,7 +2,6 @@
 finds; exit 1 with the reasons when something required is missing."""
 from __future__ import annotations
 
-import subprocess
 import sys
 
 from .mpirun import find_mpirun, mpirun_env
@@ -32,7 +31,8 @@ def check(data_dir: str | None = None) -> int:
     if not mpirun:
         problems.append("mpirun not found: run make setup (Open MPI 5 from PyPI)")
     elif not ulfm:
-        problems.append("this MPI has no ULFM: the recovery modes need Open MPI 5 built with --with-ft=ulfm")
+        problems.append("this MPI has no ULFM: the recovery modes need Open MPI 5 built with --with-ft=ulfm "
+                        "(or run them with --recovery job-restart)")
     try:
         import horovod.torch as hvd
 
@@ -59,11 +59,7 @@ def check(data_dir: str | None = None) -> int:
 
 
 def ulfm_available(mpirun: str | None) -> bool:
-    if not mpirun:
-        return False
-    info = str(mpirun).replace("mpirun", "ompi_info")
-    try:
-        out = subprocess.run([info], capture_output=True, text=True, timeout=30, env=mpirun_env()).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return any("FT MPI support: yes" in line for line in out.splitlines())
+    """Asks ompi_info afresh (launch.ulfm caches the same question for psbench run)."""
+    from .ulfm import probe
+
+    return bool(mpirun) and probe(mpirun, mpirun_env())

@@ -7,14 +7,21 @@ that moment, read from the pid file it writes when it takes the role
 (``<run_dir>/pids/<role>.json``). Kills are taken in order; a kill waits for
 a live target that it has not killed before (the replacement, for a second
 kill), and a kill never reached before the run ends is recorded as such.
+
+A PS on another host is killed there: through ``srun --overlap`` inside a
+Slurm job, through ``ssh`` otherwise (``--kill-via`` forces a route). The kill
+time is taken on the launcher's clock; a remote kill also prints the host's
+clock at the kill, and :func:`measure_offset` estimates each host's clock
+offset so that latencies across hosts can be corrected (``summary.json``:
+``clock_offsets``).
 """
 from __future__ import annotations
 
 import json
 import os
 import re
+import shlex
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -88,19 +95,95 @@ def alive(pid: int) -> bool:
         return True
 
 
-def sigkill(info: dict) -> str:
-    """SIGKILL the process in a pid file; locally, or over ssh on another host."""
-    if info["host"] in (socket.gethostname(), "localhost"):
-        os.kill(int(info["pid"]), signal.SIGKILL)
+KILL_SCRIPT = 'date +%s.%N && exec kill -9 "$1"'  # prints the host's clock at the kill, then kills
+
+
+def kill_route(host: str, kill_via: str = "auto", env: dict | None = None) -> str:
+    """How to reach ``host``: local, srun (inside a Slurm job) or ssh."""
+    from .hosts import in_slurm, is_local
+
+    if kill_via != "auto":
+        return kill_via
+    if is_local(host):
         return "local"
-    subprocess.run(["ssh", "-o", "BatchMode=yes", info["host"], "kill", "-9", str(int(info["pid"]))],
-                   check=True, timeout=10)
-    return "ssh"
+    return "srun" if in_slurm(env) else "ssh"
+
+
+def remote_command(route: str, host: str, argv: list[str], env: dict | None = None) -> list[str]:
+    """``argv`` run on ``host`` through srun (a step that overlaps the job's) or ssh."""
+    env = os.environ if env is None else env
+    if route == "srun":
+        return ["srun", "--overlap", f"--jobid={env.get('SLURM_JOB_ID', '')}", f"--nodelist={host}", "-N1", "-n1",
+                "--quiet", "--", *argv]
+    if route == "ssh":  # ssh joins its arguments into one remote shell line: quote each one
+        return ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new", "-o", "ConnectTimeout=5",
+                host, "--", shlex.join(argv)]
+    raise ValueError(f"no remote route {route!r}")
+
+
+def kill_command(route: str, host: str, pid: int, env: dict | None = None) -> list[str]:
+    return remote_command(route, host, ["sh", "-c", KILL_SCRIPT, "sh", str(int(pid))], env)
+
+
+def sigkill(info: dict, kill_via: str = "auto") -> dict:
+    """SIGKILL the process of a pid file, here or on its host. Returns how, and for a
+    remote kill the host's clock at the kill (``t_remote``) and the round trip."""
+    route = kill_route(info["host"], kill_via)
+    if route == "local":
+        os.kill(int(info["pid"]), signal.SIGKILL)
+        return {"how": "local"}
+    t0 = time.time()
+    out = subprocess.run(kill_command(route, info["host"], info["pid"]), capture_output=True, text=True,
+                         timeout=20, stdin=subprocess.DEVNULL)
+    t1 = time.time()
+    if out.returncode != 0:
+        raise KillFailed(f"{route} kill of pid {info['pid']} on {info['host']} failed "
+                         f"(exit {out.returncode}): {out.stderr.strip()[-300:]}")
+    remote = _first_float(out.stdout)
+    return {"how": route, "t_remote": remote, "rtt_s": round(t1 - t0, 4)}
+
+
+class KillFailed(RuntimeError):
+    pass
+
+
+def _first_float(text: str) -> float | None:
+    for word in text.split():
+        try:
+            return float(word)
+        except ValueError:
+            continue
+    return None
+
+
+def measure_offset(host: str, route: str, samples: int = 3, timeout: float = 15.0) -> dict:
+    """The clock offset of ``host`` against this machine's clock: remote time minus the
+    midpoint of the probe; the probe with the shortest round trip wins, and half its
+    round trip bounds the error. Local hosts share this clock (offset 0)."""
+    if route == "local":
+        return {"host": host, "route": route, "offset_s": 0.0, "error_s": 0.0}
+    best = None
+    for _ in range(samples):
+        t0 = time.time()
+        try:
+            out = subprocess.run(remote_command(route, host, ["date", "+%s.%N"]), capture_output=True, text=True,
+                                 timeout=timeout, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return {"host": host, "route": route, "offset_s": None, "error": str(exc)}
+        t1 = time.time()
+        remote = _first_float(out.stdout) if out.returncode == 0 else None
+        if remote is None:
+            return {"host": host, "route": route, "offset_s": None,
+                    "error": (out.stderr.strip() or out.stdout.strip())[-300:]}
+        if best is None or t1 - t0 < best[0]:
+            best = (t1 - t0, remote - (t0 + t1) / 2)
+    return {"host": host, "route": route, "offset_s": round(best[1], 6), "error_s": round(best[0] / 2, 6)}
 
 
 class Injector:
-    def __init__(self, run_dir: Path, points: list[KillPoint], log) -> None:
+    def __init__(self, run_dir: Path, points: list[KillPoint], log, kill_via: str = "auto") -> None:
         self.run_dir = Path(run_dir)
+        self.kill_via = kill_via
         self.points = points
         self.log = log
         self.killed: set[tuple[int, str]] = set()
@@ -112,15 +195,25 @@ class Injector:
             return
         point = self.points[0]
         info = read_pid_file(self.run_dir, point.target)
-        if info is None or (info["pid"], info["host"]) in self.killed or not alive(int(info["pid"])):
+        from .hosts import is_local
+
+        if info is None or (info["pid"], info["host"]) in self.killed or (
+                is_local(info["host"]) and not alive(int(info["pid"]))):  # a remote pid cannot be checked here
             return  # no live target yet (e.g. the replacement is still starting): try again next poll
         self.points.pop(0)
         t = time.time()
-        how = sigkill(info)
+        try:
+            how = sigkill(info, self.kill_via)
+        except (KillFailed, OSError, subprocess.TimeoutExpired) as exc:
+            self.log.emit("kill_failed", pid=info["pid"], host=info["host"], role=point.target, at=point.spec,
+                          error=str(exc))
+            return
         self.killed.add((info["pid"], info["host"]))
+        # t_kill: the launcher's clock when the kill was sent; a remote kill also records the
+        # PS host's clock when it was carried out (t_remote) and the round trip
         rec = self.log.emit("kill", t_kill=t, pid=info["pid"], host=info["host"], role=point.target,
                             rank=info.get("rank"), generation=info.get("generation"), at=point.spec,
-                            elapsed_s=elapsed, step=step, how=how, signal="SIGKILL")
+                            elapsed_s=elapsed, step=step, signal="SIGKILL", **how)
         self.done.append(rec)
 
     def finish(self) -> None:

@@ -3,8 +3,10 @@ shell string) and the environment it needs.
 
 Open MPI 5 from the venv, with ULFM (``--with-ft ulfm``) so that survivors
 outlive a SIGKILLed PS; ``--oversubscribe --bind-to none`` when ranks
-outnumber cores, the normal case on a laptop. One extra slot is requested for
-each replacement the run may spawn.
+outnumber cores, the normal case on a laptop. With hosts (a hostfile,
+``--hosts`` or a Slurm allocation) mpirun gets their slots and the placement
+of launch/hosts.py. ``--launcher horovodrun`` builds the equivalent
+``horovodrun`` line.
 """
 from __future__ import annotations
 
@@ -34,16 +36,71 @@ def find_mpirun() -> str | None:
 
 
 def mpirun_command(cfg: RunConfig, mpirun: str | None = None) -> list[str]:
+    """The run's ``mpirun`` line: ULFM on (``--with-ft ulfm``) unless ``--no-ulfm``;
+    with hosts, the slots (``--hostfile``) and the placement (``--map-by seq``)
+    that launch/hosts.py wrote into the run directory."""
     mpirun = mpirun or find_mpirun() or "mpirun"
-    cmd = [mpirun, "--with-ft", "ulfm", "-np", str(cfg.n_ranks)]
-    if cfg.oversubscribe:
-        cmd += ["--oversubscribe", "--bind-to", "none"]
-    cmd += ["-x", "PYTHONUNBUFFERED=1", "-x", "PATH"]
-    cmd += [sys.executable, "-m", "psmodes.main", "--run-dir", str(Path(cfg.run_dir).resolve())]
-    return cmd
+    cmd = [mpirun]
+    if cfg.ulfm:
+        cmd += ["--with-ft", "ulfm"]
+    cmd += ["-np", str(cfg.n_ranks), *mapping_args(cfg)]
+    cmd += ["-x", "PYTHONUNBUFFERED=1", "-x", "PATH", "-x", "PYTHONPATH"]
+    return cmd + rank_command(cfg)
 
 
-def mpirun_env() -> dict[str, str]:
+def rank_command(cfg: RunConfig) -> list[str]:
+    return [sys.executable, "-m", "psmodes.main", "--run-dir", str(Path(cfg.run_dir).resolve())]
+
+
+def mapping_args(cfg: RunConfig) -> list[str]:
+    run_dir = Path(cfg.run_dir).resolve()
+    if not cfg.hosts:  # this machine only, as before: every slot is a rank
+        return ["--oversubscribe", "--bind-to", "none"] if cfg.oversubscribe else []
+    seq = f"seq:file={run_dir / 'rankmap'}" + (":OVERSUBSCRIBE" if cfg.oversubscribe else "")
+    return ["--hostfile", str(run_dir / "hostfile"), "--map-by", seq, "--bind-to", "none"]
+
+
+def find_horovodrun() -> str:
+    candidate = venv_bin() / "horovodrun"
+    return str(candidate) if candidate.exists() else (shutil.which("horovodrun") or "horovodrun")
+
+
+def horovodrun_command(cfg: RunConfig) -> list[str]:
+    """The same job through ``horovodrun``.
+
+    horovodrun builds its own mpirun line with the single-dash ``-bind-to none
+    -map-by slot``, which Open MPI 5 does not honour: on an oversubscribed node
+    mpirun then refuses to bind ("more processes than cpus"). ``--binding-args``
+    replaces those two options with ones Open MPI 5 reads, and ``--mpi-args``
+    carries the ULFM flag; the mpirun horovodrun finds first on PATH must be the
+    venv's (mpirun_env puts it first)."""
+    if cfg.hosts:
+        from .hosts import from_specs
+
+        hosts = ",".join(h.spec() for h in from_specs(cfg.hosts))
+    else:  # a slot for each rank and for each replacement the run may spawn
+        from .hosts import spares_needed
+
+        hosts = f"localhost:{cfg.n_ranks + spares_needed(cfg)}"
+    binding = ["--bind-to", "none"]
+    if cfg.hosts:
+        binding += mapping_args(cfg)[2:4]  # the --map-by seq placement
+    elif cfg.oversubscribe:
+        binding += ["--map-by", ":OVERSUBSCRIBE"]
+    mpi_args = ["--with-ft", "ulfm"] if cfg.ulfm else []
+    # `--x=value`: the values start with dashes, which argparse could take for options
+    cmd = [find_horovodrun(), "-np", str(cfg.n_ranks), "-H", hosts, f"--binding-args={' '.join(binding)}"]
+    if mpi_args:
+        cmd.append(f"--mpi-args={' '.join(mpi_args)}")
+    return cmd + rank_command(cfg)
+
+
+def launch_command(cfg: RunConfig) -> list[str]:
+    """The command that starts the job: mpirun or horovodrun (``--launcher``)."""
+    return horovodrun_command(cfg) if cfg.launcher == "horovodrun" else mpirun_command(cfg)
+
+
+def mpirun_env(cfg: RunConfig | None = None) -> dict[str, str]:
     env = dict(os.environ)
     if os.geteuid() == 0:
         env.update(ROOT_ENV)
@@ -51,6 +108,13 @@ def mpirun_env() -> dict[str, str]:
     # the ranks import psmodes/benchmarks from the checkout even without an install
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.setdefault("OMPI_MCA_btl_tcp_if_include", "lo")
+    if cfg is None or not _multi_host(cfg):  # one machine: TCP (if any) over loopback only
+        env.setdefault("OMPI_MCA_btl_tcp_if_include", "lo")
     env.setdefault("PRTE_MCA_prte_silence_shared_fs", "1")
     return env
+
+
+def _multi_host(cfg: RunConfig) -> bool:
+    from .hosts import from_specs, is_local
+
+    return any(not is_local(h.name) for h in from_specs(cfg.hosts))

@@ -9,10 +9,13 @@ recorded so far, which stay readable whatever happens.
 mpirun is started with PR_SET_PDEATHSIG (Linux): if the launcher is SIGKILLed,
 mpirun gets SIGKILL too and its ranks follow theirs (psmodes.main), so a
 killed launcher (``psbench run`` or a sweep) leaves no orphan job behind.
+
+With ``--recovery job-restart`` one run may be several jobs: see :func:`run_job`.
 """
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import shlex
 import signal
@@ -21,15 +24,18 @@ import sys
 import time
 from pathlib import Path
 
+from psmodes.atomic import write_text_atomic
 from psmodes.config import RunConfig
 from psmodes.events import EventLog
 
 from .faults import Injector, parse_kills
-from .mpirun import mpirun_command, mpirun_env
+from .hosts import placement_of
+from .mpirun import launch_command, mpirun_env
 from .runreport import write_run_report
 from .summary import summarize, write_summary
 
 FAILED_GRACE_S = 15.0  # after a rank reports a fatal failure, how long the others get to finish
+RESTART_GRACE_S = 3.0  # the same for a job that ends to be restarted (--recovery job-restart)
 
 
 class EventTail:
@@ -83,70 +89,162 @@ def _die_with(parent_pid: int):
     return preexec
 
 
+def measure_offsets(cfg: RunConfig, placement, log) -> None:
+    """Clock offsets of the run's other hosts against the launcher's clock (see launch/faults.py)."""
+    from .faults import kill_route, measure_offset
+    from .hosts import is_local
+
+    remote = sorted({h for _, h in placement.ranks if not is_local(h)})
+    if remote:
+        offsets = [measure_offset(h, kill_route(h, cfg.kill_via)) for h in remote]
+        log.emit("clock_offsets", offsets=offsets)
+
+
 def run_job(cfg: RunConfig, quiet: bool = False, tick=None) -> dict:
     """Runs the job of ``cfg`` to its end and returns its summary. ``tick(elapsed_s,
-    ps_step)`` is called about ten times a second (a sweep's progress bar)."""
+    ps_step)`` is called about ten times a second (a sweep's progress bar).
+
+    ``--recovery job-restart``: when the job ends because the PS was killed and
+    training is not finished, the launcher waits ``--restart-delay`` and starts
+    the same command again (at most ``--max-restarts`` times); ``restart.json``
+    tells the new PS to resume from the newest checkpoint on the run's clock."""
     run_dir = Path(cfg.run_dir)
     (run_dir / "events").mkdir(parents=True, exist_ok=True)
     cfg.save(run_dir / "config.json")
-    cmd = mpirun_command(cfg)
+    placement = placement_of(cfg)
+    placement.write(run_dir)
+    if not quiet and (cfg.hosts or placement.notes):
+        print(placement.table(), file=sys.stderr, flush=True)
+    cmd = launch_command(cfg)
     (run_dir / "command.txt").write_text(shlex.join(cmd) + "\n")
     log = EventLog(run_dir, "launcher")
     points = parse_kills(cfg.kill_ps, "ps", cfg.duration_s) + sorted(
         parse_kills(cfg.kill_replica, f"replica{cfg.replicas}", cfg.duration_s), key=lambda p: (p.at_s or 0, p.at_step or 0))
     points.sort(key=lambda p: (p.at_s if p.at_s is not None else float("inf"), p.at_step or 0))
-    injector = Injector(run_dir, points, log)
+    injector = Injector(run_dir, points, log, cfg.kill_via)
     deadline = cfg.resolved_deadline()
-    log.emit("launch", command=cmd, deadline_s=deadline, argv=sys.argv)
+    log.emit("launch", command=cmd, deadline_s=deadline, argv=sys.argv, placement=placement.to_dict())
+    measure_offsets(cfg, placement, log)
     t_start = time.time()
-    with open(run_dir / "mpirun.log", "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=mpirun_env(),
-                                start_new_session=True, stdin=subprocess.DEVNULL,
-                                preexec_fn=_die_with(os.getpid()))
     tail = EventTail(run_dir)
     progress = Progress(cfg, quiet)
+    watch = Watch(cfg, injector, tail, progress, tick, t_start, deadline)
     previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)
-    exit_reason = None
-    t0 = None
-    step = None
-    failed_at = None
+    attempt = 0
+    proc = None
     try:
-        while proc.poll() is None:
-            for e in tail.new():
-                if e["ev"] == "train_start":
-                    t0 = e["t0_ms"] / 1000.0
-                elif e["ev"] in ("step", "update") and e.get("applied", True):
-                    step = e["version"]
-                elif e["ev"] == "failed" and failed_at is None:
-                    failed_at = time.time()
-                progress.event(e)
-            elapsed = time.time() - t0 if t0 else None
-            injector.poll(elapsed, step)
-            progress.refresh(elapsed, step)
-            if tick is not None:
-                tick(elapsed, step)
-            if time.time() - t_start > deadline:
-                exit_reason = f"watchdog: the run exceeded its {deadline:.0f} s deadline and was stopped"
+        while True:
+            kills_before = len(injector.done)
+            proc = start(cmd, run_dir, cfg, attempt)
+            watch.attempt(proc)
+            stop_group(proc)
+            log.emit("job_exit", attempt=attempt, returncode=proc.returncode, t_exit=time.time(),
+                     finished=watch.finished)
+            if not restartable(cfg, watch, injector, kills_before, attempt):
                 break
-            if failed_at and time.time() - failed_at > FAILED_GRACE_S:
-                exit_reason = None  # taken from the failure event in the summary
+            attempt += 1
+            if not watch.sleep(cfg.restart_delay_s):
                 break
-            time.sleep(0.1)
+            write_text_atomic(run_dir / "restart.json",
+                              json.dumps({"attempt": attempt, "t0_ms": int(watch.t0 * 1000)}) + "\n")
+            log.emit("restart", attempt=attempt, t_restart=time.time())
+            if not quiet:
+                progress._write(f"[launcher] restart {attempt}: the job ended after the PS was killed; "
+                                "resuming from the newest checkpoint")
     except KeyboardInterrupt:
-        exit_reason = "interrupted by the user"
+        watch.exit_reason = "interrupted by the user"
     finally:
-        stop_group(proc)
+        if proc is not None:
+            stop_group(proc)
         progress.close()
         signal.signal(signal.SIGTERM, previous_term)
     injector.finish()
     for e in tail.new():
         progress.event(e)
-    log.emit("exit", returncode=proc.returncode, reason=exit_reason)
+    log.emit("exit", returncode=proc.returncode if proc else None, reason=watch.exit_reason, restarts=attempt)
     log.close()
-    summary = summarize(run_dir, exit_reason=exit_reason, wall_s=time.time() - t_start)
+    summary = summarize(run_dir, exit_reason=watch.exit_reason, wall_s=time.time() - t_start)
     write_summary(run_dir, summary)
     write_run_report(run_dir)
     return summary
+
+
+def start(cmd: list[str], run_dir: Path, cfg: RunConfig, attempt: int) -> subprocess.Popen:
+    with open(run_dir / "mpirun.log", "ab" if attempt else "wb") as out:
+        if attempt:
+            out.write(f"\n==== psbench: restart {attempt} ====\n".encode())
+            out.flush()
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=mpirun_env(cfg),
+                                start_new_session=True, stdin=subprocess.DEVNULL,
+                                preexec_fn=_die_with(os.getpid()))
+
+
+def restartable(cfg: RunConfig, watch: "Watch", injector: Injector, kills_before: int, attempt: int) -> bool:
+    """job-restart: restart when this attempt ended after a PS kill, before training finished."""
+    return (cfg.recovery == "job-restart" and watch.exit_reason is None and not watch.finished
+            and watch.t0 is not None and attempt < cfg.max_restarts
+            and any(k["role"] == "ps" for k in injector.done[kills_before:]))
+
+
+class Watch:
+    """The launcher's loop over one attempt of the job: events, kills, progress, watchdog."""
+
+    def __init__(self, cfg, injector, tail, progress, tick, t_start, deadline) -> None:
+        self.cfg, self.injector, self.tail, self.progress, self.tick = cfg, injector, tail, progress, tick
+        self.t_start, self.deadline = t_start, deadline
+        self.t0 = None
+        self.step = None
+        self.exit_reason = None
+        self.finished = False
+        self.failed_at = None
+
+    def _poll(self) -> None:
+        for e in self.tail.new():
+            if e["ev"] == "train_start":
+                self.t0 = e["t0_ms"] / 1000.0
+            elif e["ev"] in ("step", "update") and e.get("applied", True):
+                self.step = e["version"]
+            elif e["ev"] == "failed" and self.failed_at is None:
+                self.failed_at = time.time()
+            elif e["ev"] == "done" and e["who"] == "worker0" and e.get("completed"):
+                self.finished = True
+            self.progress.event(e)
+        elapsed = time.time() - self.t0 if self.t0 else None
+        self.injector.poll(elapsed, self.step)
+        self.progress.refresh(elapsed, self.step)
+        if self.tick is not None:
+            self.tick(elapsed, self.step)
+
+    def _overdue(self) -> bool:
+        if time.time() - self.t_start > self.deadline:
+            self.exit_reason = f"watchdog: the run exceeded its {self.deadline:.0f} s deadline and was stopped"
+            return True
+        return False
+
+    def attempt(self, proc: subprocess.Popen) -> None:
+        self.failed_at = None
+        while proc.poll() is None:
+            self._poll()
+            if self._overdue():
+                return
+            # after a failure the others get a grace period to finish on their own; a job that
+            # will be restarted is going down anyway (job-restart: a PS death ends the job)
+            grace = RESTART_GRACE_S if self.cfg.recovery == "job-restart" else FAILED_GRACE_S
+            if self.failed_at and time.time() - self.failed_at > grace:
+                return  # the reason is taken from the failure event in the summary
+            time.sleep(0.1)
+        self._poll()
+
+    def sleep(self, seconds: float) -> bool:
+        """The restart delay, watching the clock; False if the deadline passed meanwhile."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            if self._overdue():
+                return False
+            if self.tick is not None:
+                self.tick(time.time() - self.t0 if self.t0 else None, self.step)
+            time.sleep(min(0.1, max(0.0, end - time.monotonic())))
+        return True
 
 
 def _raise_interrupt(signum, frame):

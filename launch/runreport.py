@@ -33,6 +33,15 @@ def plot_timeline(summary: dict, path: Path) -> Path | None:
     return path
 
 
+def _placement(run_dir: Path) -> list[dict]:
+    """Rank, role and host, when the run had hosts (placement.json)."""
+    try:
+        placement = json.loads((run_dir / "placement.json").read_text())
+    except (OSError, ValueError):
+        return []
+    return placement["ranks"] if placement.get("hosts") else []
+
+
 def write_run_report(run_dir: str | Path) -> Path:
     run_dir = Path(run_dir)
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -52,8 +61,11 @@ def write_run_report(run_dir: str | Path) -> Path:
              pd.DataFrame(list(figures.items()), columns=["figure", "value"]).to_markdown(index=False), ""]
     if plot:
         lines += [f"![accuracy over time]({plot.name})", ""]
+    offsets = [{"host": h, **o} for h, o in (summary.get("clock_offsets") or {}).items()]
     for title, rows in (("Kills", summary["kills"]), ("Detections", summary["detections"]),
-                        ("Recoveries", summary["recoveries"])):
+                        ("Recoveries", summary["recoveries"]), ("Whole-job restarts", summary.get("restarts")),
+                        ("Clock offsets (other hosts against the launcher's clock)", offsets),
+                        ("Placement", _placement(run_dir))):
         if rows:
             lines += [f"## {title}", "", pd.DataFrame(rows).to_markdown(index=False), ""]
     if summary.get("failures"):

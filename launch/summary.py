@@ -11,7 +11,10 @@ updates have staleness 0), ``staleness_mean``, ``staleness_p99``,
 ``lost_steps``, ``idle_s``, ``buffered_updates``; under async every worker
 recovers on its own: recovery_s to the first worker's applied step, the
 largest lost_steps, the mean idle_s, the sum of buffered updates), plus a few
-extras.
+extras: ``recovery``, ``restarts`` (``--recovery job-restart``: the launcher's
+restarts; a recovery then runs from the kill to the new job's first step and
+also has ``restart_s``), ``hosts`` and ``clock_offsets`` (other hosts' clocks
+against the launcher's; detection times are moved to the launcher's clock).
 Times are seconds since training started (the PS's first contact).
 """
 from __future__ import annotations
@@ -54,11 +57,14 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
     staleness = [e["staleness"] for e in applied if e.get("staleness") is not None]
     staleness += [s for e in by("replayed") for s in e.get("staleness", [])]
 
+    clock = Clocks(events)
     kills = [{"t_s": rel(e["t_kill"]), "pid": e["pid"], "host": e["host"], "role": e["role"], "at": e["at"],
-              "rank": e.get("rank"), "generation": e.get("generation")} for e in by("kill")]
-    kill_times = [e["t_kill"] for e in by("kill")]
+              "rank": e.get("rank"), "generation": e.get("generation"), "how": e.get("how", "local")}
+             for e in by("kill")]
+    kill_times = [clock.kill_time(e) for e in by("kill")]
     detections, recoveries = [], []
-    detects = by("detect")
+    # detection times on the detecting rank's host, moved to the launcher's clock
+    detects = [{**d, "t_detect": clock.to_launcher(d.get("t_detect", d["t"]), d["who"])} for d in by("detect")]
     recovered = by("recovered")
     used: set[int] = set()
     for i, tk in enumerate(kill_times):
@@ -68,6 +74,13 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
             first = min(seen, key=lambda d: d.get("t_detect", d["t"]))
             detections.append({"kill": i, "latency_s": round(first.get("t_detect", first["t"]) - tk, 3),
                                "rank": first.get("rank"), "who": first["who"], "via": first.get("via")})
+        if cfg.recovery == "job-restart":
+            rec, det = job_restart_recovery(events, cfg, i, tk, t_next, bool(seen))
+            if det is not None:
+                detections.append(det)
+            if rec is not None:
+                recoveries.append(rec)
+            continue
         # each worker's first recovery after this kill (sync: only the leader's)
         mine = {}
         for j, r in enumerate(recovered):
@@ -84,7 +97,9 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
                                "dropped_updates": sum(r.get("dropped_updates", 0) for r in rs),
                                "workers": len(rs)})
 
-    failed = by("failed")
+    restarts = [e for e in by("restart") if e["who"] == "launcher"]
+    # a job that ended for a whole-job restart failed on purpose: only the last job's failures count
+    failed = [e for e in by("failed") if not restarts or e["t"] > restarts[-1]["t_restart"]]
     done = [e for e in by("done") if e["who"] == "worker0" and e.get("completed")]
     completed = bool(done) and bool(finals) and not failed
     if exit_reason is None:
@@ -126,7 +141,66 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
         "buffered_sent": sum(h["buffered"] for h in handovers),
         "buffered_applied": sum(r["applied"] for r in replays),
         "failures": [{"who": e["who"], "reason": e["reason"]} for e in failed],
+        "recovery": cfg.recovery,
+        "restarts": [{"attempt": e["attempt"], "t_s": rel(e["t_restart"])} for e in restarts],
+        "hosts": sorted(set(clock.hosts.values())),
+        "clock_offsets": clock.offsets,
     }
+
+
+class Clocks:
+    """Every process's host (its ``start`` event) and the hosts' clock offsets against the
+    launcher's clock (the launcher's ``clock_offsets`` event): times recorded on another
+    host are moved to the launcher's clock before kill-to-detection latencies are taken."""
+
+    def __init__(self, events: list[dict]) -> None:
+        self.hosts = {e["who"]: e.get("host") for e in events if e["ev"] == "start" and e.get("host")}
+        self.offsets = {o["host"]: {k: o.get(k) for k in ("offset_s", "error_s", "route")}
+                        for e in events if e["ev"] == "clock_offsets" for o in e["offsets"]
+                        if o.get("offset_s") is not None}
+
+    def offset(self, host: str | None) -> float:
+        return (self.offsets.get(host) or {}).get("offset_s") or 0.0
+
+    def to_launcher(self, t: float, who: str) -> float:
+        return t - self.offset(self.hosts.get(who))
+
+    def kill_time(self, kill: dict) -> float:
+        """When the kill happened, on the launcher's clock: a remote kill printed its host's
+        clock at the kill (``t_remote``); with that host's offset known, that is more exact
+        than the time the kill was sent."""
+        if kill.get("t_remote") is not None and kill.get("host") in self.offsets:
+            return kill["t_remote"] - self.offset(kill["host"])
+        return kill["t_kill"]
+
+
+def job_restart_recovery(events: list[dict], cfg: RunConfig, i: int, tk: float, t_next: float,
+                         detected: bool) -> tuple[dict | None, dict | None]:
+    """Kill ``i`` of a ``--recovery job-restart`` run: the job ended, the launcher restarted it,
+    the new PS resumed from a checkpoint. Recovery and idle time run from the kill to the first
+    step the new job applied: the whole job was down meanwhile."""
+    window = [e for e in events if tk <= e["t"] < t_next]
+    exits = [e for e in window if e["ev"] == "job_exit" and e["who"] == "launcher"]
+    restart = next((e for e in window if e["ev"] == "restart" and e["who"] == "launcher"), None)
+    det = None
+    if not detected and exits:  # no rank noticed (no ULFM: the job was taken down): the launcher did
+        det = {"kill": i, "latency_s": round(exits[0]["t_exit"] - tk, 3), "rank": None, "who": "launcher",
+               "via": "job exit"}
+    if restart is None:
+        return None, det
+    after = [e for e in window if e["t"] > restart["t_restart"]]
+    resume = next((e for e in after if e["ev"] == "resume" and e["who"].startswith("ps")), None)
+    first = next((e for e in after if e["ev"] == "step" and e["who"] == "worker0" and e.get("applied")), None)
+    before = [e["version"] for e in events if e["ev"] == "step" and e["who"] == "worker0" and e.get("applied")
+              and e["t"] < tk]
+    if resume is None or first is None:
+        return None, det
+    down = round(first["t"] - tk, 3)
+    return {"kill": i, "mode": f"{cfg.mode}/job-restart", "recovery_s": down,
+            "lost_steps": max(0, (max(before) if before else 0) - resume["from_version"]),
+            "idle_s": down, "buffered_updates": 0, "dropped_updates": 0, "workers": cfg.workers,
+            "restart_s": round(restart["t_restart"] - exits[0]["t_exit"], 3) if exits else None,
+            "resumed_from": resume["from_version"], "attempt": restart["attempt"]}, det
 
 
 def write_summary(run_dir: str | Path, summary: dict) -> Path:

@@ -286,7 +286,7 @@ def load(path: str | Path, overrides: dict | None = None, seeds: list[int] | Non
 def _field(dest: str, config: dict) -> str | None:
     """The config.json field of a `psbench run` option (duration -> duration_s, ...)."""
     for name in (dest, f"{dest}_s", {"threads": "threads_per_rank", "no_evaluator": "evaluator",
-                                     "no_oversubscribe": "oversubscribe"}.get(dest)):
+                                     "no_oversubscribe": "oversubscribe", "no_ulfm": "ulfm"}.get(dest)):
         if name and name in config:
             return name
     return None
@@ -306,10 +306,11 @@ def finished(sweep: Sweep, run: PlannedRun) -> bool:
     if not (final / "summary.json").exists():
         raise ConfigError(f"{final} has no summary.json (not written by psbench sweep?); remove it")
     new = run.config.to_dict()
+    defaults = RunConfig().to_dict()  # a run recorded before a field existed had its default
     for key in sorted(set(old) | set(new)):
-        if key in ("run_dir", "data_dir", "format_version"):
+        if key in ("run_dir", "data_dir", "format_version", "hosts"):  # a job array task may land elsewhere
             continue
-        if old.get(key) != new.get(key):
+        if old.get(key, defaults.get(key)) != new.get(key):
             raise ConfigError(f"{final} holds a finished run of another configuration ({key}: {old.get(key)!r} "
                               f"there, {new.get(key)!r} now); use another --out or remove it")
     return True
@@ -505,6 +506,40 @@ def execute(sweep: Sweep, command: list[str], quiet: bool = False, report_dir: s
     finally:
         signal.signal(signal.SIGTERM, previous_term)
         lock.release()
+
+
+def execute_task(sweep: Sweep, index: int, command: list[str], quiet: bool = False) -> int:
+    """Run number ``index`` of ``sweep`` only, and no report: one task of a Slurm job array
+    (the report job runs ``psbench report`` on the sweep directory when the array is done).
+    Tasks run concurrently, so there is no sweep-wide lock and only this run's stale
+    ``.partial`` folder is removed. Exit status 0 when the run is finished."""
+    from .machine import machine_info
+    from .runner import run_job
+
+    if not 0 <= index < len(sweep.runs):
+        raise ConfigError(f"--task {index}: the sweep has runs 0..{len(sweep.runs) - 1}")
+    run = sweep.runs[index]
+    sweep.runs_dir.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(sweep.out / "sweep.json", json.dumps(plan_record(sweep, command), indent=2) + "\n")
+    write_text_atomic(sweep.out / "sweep.toml", sweep.text)
+    if not (sweep.out / "machine.json").exists():
+        write_text_atomic(sweep.out / "machine.json", json.dumps(machine_info(), indent=2) + "\n")
+    if finished(sweep, run):
+        print(f"{run.slug}: already finished", file=sys.stderr)
+        return 0
+    partial, final = sweep.runs_dir / f"{run.slug}.partial", sweep.runs_dir / run.slug
+    shutil.rmtree(partial, ignore_errors=True)
+    cfg = dataclasses.replace(run.config, run_dir=str(partial.resolve()))
+    t0 = time.monotonic()
+    summary = run_job(cfg, quiet=quiet)
+    if summary.get("exit_reason") == "interrupted by the user":
+        return 130
+    cfg.run_dir = str(final.resolve())
+    cfg.save(partial / "config.json")
+    os.rename(partial, final)
+    _fsync_dir(sweep.runs_dir)
+    print(_result_line(run, summary, time.monotonic() - t0), file=sys.stderr)
+    return 0
 
 
 def dry_run(sweep: Sweep) -> int:

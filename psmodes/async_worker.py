@@ -26,7 +26,7 @@ from mpi4py import MPI
 
 from . import transport as tp
 from .async_server import staleness_lr_scale
-from .context import ACTION_NONE, RespawnNow
+from .context import ACTION_NONE, RespawnNow, no_repair
 from .flatparams import digest
 from .replay import POLICY_CODES, UpdateBuffer
 from .sgd import FlatSGD
@@ -148,8 +148,8 @@ class AsyncWorker(Worker):
         cfg, ctx = self.ctx.cfg, self.ctx
         ctx.log.emit("detect", via=f"worker{self.index}", error=str(exc), t_detect=time.time(),
                      version=self.version, digest=digest(self.weights_in), role=f"worker{self.index}")
-        if cfg.mode == "none":
-            ctx.log.emit("failed", reason=f"PS died ({exc}); mode none has no recovery")
+        if cfg.dies_with_ps:
+            ctx.log.emit("failed", reason=f"PS died ({exc}); {no_repair(cfg)}")
             self.state = FAILED
             return
         self.ps_up = False

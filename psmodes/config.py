@@ -17,6 +17,9 @@ FORMAT_VERSION = 1
 MODES = ("none", "checkpoint", "chain", "stateless")
 REPLAY_POLICIES = ("paper", "mean", "sequential", "staleness", "local")
 CONSISTENCY = ("sync", "async", "bounded:S")
+RECOVERY = ("ulfm", "job-restart")
+LAUNCHERS = ("mpirun", "horovodrun")
+KILL_VIA = ("auto", "local", "ssh", "srun")
 
 
 class ConfigError(ValueError):
@@ -77,6 +80,14 @@ class RunConfig:
     threads_per_rank: int | None = None  # None: 1 when ranks outnumber cores, else cores // ranks
     device: str = "auto"            # auto|cpu|cuda
     allreduce: str = "horovod"      # horovod|mpi (mpi: plain MPI_Allreduce, for stacks without Horovod)
+    # clusters and whole-job restarts (launch/hosts.py, launch/runner.py)
+    recovery: str = "ulfm"          # ulfm: survivors repair the job in place; job-restart: the launcher restarts it
+    max_restarts: int = 3           # job-restart: restarts allowed before the run is given up
+    ulfm: bool = True               # mpirun --with-ft ulfm; off: any death takes the whole job down
+    launcher: str = "mpirun"        # mpirun | horovodrun
+    hosts: list[str] = field(default_factory=list)  # "host:slots" in order; empty: this machine only
+    ps_host: str | None = None      # the PS's host (default: the first host)
+    kill_via: str = "auto"          # auto (local, srun inside Slurm, else ssh) | local | ssh | srun
     run_dir: str = ""
     format_version: int = FORMAT_VERSION
 
@@ -88,6 +99,11 @@ class RunConfig:
     @property
     def n_replicas(self) -> int:
         return self.replicas if self.mode == "chain" else 0
+
+    @property
+    def dies_with_ps(self) -> bool:
+        """Whether a PS death ends the MPI job (mode none; job-restart: the launcher restarts it)."""
+        return self.mode == "none" or self.recovery == "job-restart"
 
     @property
     def is_async(self) -> bool:
@@ -174,7 +190,24 @@ class RunConfig:
             raise ConfigError("--restart-delay must be >= 0")
         if self.kill_replica and self.mode != "chain":
             raise ConfigError("--kill-replica needs --mode chain (only chain mode has replicas)")
+        self._validate_cluster()
         return self
+
+    def _validate_cluster(self) -> None:
+        if self.recovery not in RECOVERY:
+            raise ConfigError(f"unknown recovery {self.recovery!r}; choose ulfm or job-restart")
+        if self.launcher not in LAUNCHERS:
+            raise ConfigError(f"unknown launcher {self.launcher!r}; choose mpirun or horovodrun")
+        if self.kill_via not in KILL_VIA:
+            raise ConfigError(f"unknown --kill-via {self.kill_via!r}; choose one of: {', '.join(KILL_VIA)}")
+        if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int) or self.max_restarts < 0:
+            raise ConfigError(f"--max-restarts must be a whole number >= 0, got {self.max_restarts!r}")
+        if self.recovery == "job-restart" and self.mode != "checkpoint":
+            raise ConfigError(f"--recovery job-restart needs --mode checkpoint (the restarted job resumes from "
+                              f"the newest checkpoint), not --mode {self.mode}")
+        if not self.ulfm and self.recovery == "ulfm" and self.mode != "none":
+            raise ConfigError(f"--mode {self.mode} repairs the job in place and needs ULFM, which is off; "
+                              "use --recovery job-restart")
 
     # ---- persistence
     def to_dict(self) -> dict:

@@ -27,6 +27,13 @@ from .events import EventLog
 ACTION_NONE, ACTION_SPAWN = 0, 1
 
 
+def no_repair(cfg: RunConfig) -> str:
+    """Why a death ends this job (mode none, or a whole-job restart by the launcher)."""
+    if cfg.recovery == "job-restart":
+        return "job-restart: the job ends and the launcher restarts it from the newest checkpoint"
+    return "mode none has no recovery"
+
+
 class RespawnNow(Exception):
     """The leader announced a respawn; the receiver must join it."""
 
@@ -90,8 +97,8 @@ class Context:
             try:
                 return body()
             except transport.PeerFailed as exc:
-                if self.cfg.mode == "none":
-                    raise RunFailed(f"a peer died and mode none has no recovery ({exc})") from None
+                if self.cfg.dies_with_ps:
+                    raise RunFailed(f"a peer died ({exc}); {no_repair(self.cfg)}") from None
                 self.after_failure(exc, via=via)
                 if after_failure is not None and (result := after_failure()) is not None:
                     return result

@@ -60,6 +60,21 @@ def write_pid_file(ctx: Context, role: str) -> None:
     ctx.log.emit("role", **info)
 
 
+def read_restart(cfg) -> dict | None:
+    """``<run_dir>/restart.json`` ({"attempt": N, "t0_ms": ...}) of a restarted job, else None."""
+    import json
+
+    if cfg.recovery != "job-restart":
+        return None
+    try:
+        info = json.loads((Path(cfg.run_dir) / "restart.json").read_text())
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise RunFailed(f"restart.json is unreadable: {exc}") from None
+    return info if int(info.get("attempt", 0)) > 0 else None
+
+
 class ParameterServer:
     def __init__(self, ctx: Context, opt: FlatSGD | None = None, prev: tuple[int, torch.Tensor] | None = None,
                  t0_ms: int = 0, fresh: bool = True) -> None:
@@ -85,8 +100,13 @@ class ParameterServer:
         if cfg.mode == "checkpoint":
             self.ckpt_dir = Path(cfg.run_dir) / "checkpoints"
             self.writer = ckpt.BackgroundWriter(self.ckpt_dir, self._on_checkpoint)
-        if ctx.cluster.generation > 0 and fresh:
+        # a whole-job restart (--recovery job-restart): the launcher wrote restart.json before
+        # starting the new job; this PS resumes from the newest checkpoint and keeps the run's clock
+        self.restart = read_restart(cfg) if fresh and ctx.cluster.generation == 0 else None
+        if (ctx.cluster.generation > 0 and fresh) or self.restart is not None:
             self._init_replacement()
+        if self.restart is not None:
+            self.t0_ms = int(self.restart["t0_ms"])
         write_pid_file(ctx, "ps")
 
     # ---- start-up of a replacement
@@ -103,7 +123,8 @@ class ParameterServer:
                 self.opt.buf.copy_(state["momentum"])
                 self.opt.has_buf = True
             self.opt.version = state["version"]
-            log.emit("resume", from_version=state["version"], digest=digest(self.opt.weights))
+            log.emit("resume", from_version=state["version"], digest=digest(self.opt.weights),
+                     attempt=self.restart["attempt"] if self.restart else None)
         elif cfg.mode == "stateless":
             self.stateless_empty = True  # weights and updates come from the workers
 
@@ -170,7 +191,9 @@ class ParameterServer:
         ctx, world, leader = self.ctx, self.ctx.cluster.world, self.ctx.cluster.leader
         leader_version, pending, n_buffered, t0_ms, policy_code = (int(x) for x in hdr[1:6])
         info: dict = {"leader_version": leader_version, "ps_version_before": self.opt.version}
-        if leader_version < 0:  # the first contact of the run
+        if leader_version < 0 and self.restart is not None:
+            pass  # the first contact of a restarted job: training goes on on the run's clock
+        elif leader_version < 0:  # the first contact of the run
             self.t0_ms = int(time.time() * 1000)
             ctx.log.emit("train_start", t0_ms=self.t0_ms)
         else:

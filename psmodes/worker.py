@@ -25,7 +25,7 @@ from benchmarks.registry import shard_batches
 
 from . import transport as tp
 from .allreduce import Allreducer
-from .context import ACTION_NONE, Context
+from .context import ACTION_NONE, Context, no_repair
 from .flatparams import FlatParams, digest
 from .replay import POLICY_CODES, UpdateBuffer
 from .sgd import FlatSGD
@@ -255,8 +255,8 @@ class Worker:
         cfg, log = self.ctx.cfg, self.ctx.log
         log.emit("detect", via="leader", error=str(exc), t_detect=time.time(), version=self.version,
                  digest=digest(self.weights_in), role="worker0")
-        if cfg.mode == "none":
-            log.emit("failed", reason=f"PS died ({exc}); mode none has no recovery")
+        if cfg.dies_with_ps:
+            log.emit("failed", reason=f"PS died ({exc}); {no_repair(cfg)}")
             self._set_ctrl(False, stop=FAILED)
             return
         self.ps_up = False

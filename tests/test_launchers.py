@@ -1,0 +1,62 @@
+"""The same PS-kill runs through ``horovodrun``, and whole-job restarts
+(``--recovery job-restart``) with ULFM on and off (without ``--with-ft ulfm``
+the PS's death takes the whole Open MPI job down). Real jobs, real SIGKILLs."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import events, run_ok
+
+SYN = ["--benchmark", "synthetic", "--model-params", "200000", "--workers", "2", "--eval-interval", "1s",
+       "--restart-delay", "2s"]
+
+
+def kill_time(out):
+    (kill,) = events(out, "kill")
+    return kill["t_kill"]
+
+
+def check_checkpoint_recovery(out, s, k):
+    """What test_recovery's checkpoint test checks: one kill, one recovery, resumed from
+    the newest checkpoint written before the kill, lost steps bounded."""
+    assert len(s["kills"]) == 1 and s["kills"][0]["role"] == "ps"
+    assert s["detections"] and 0 < s["detections"][0]["latency_s"] < 15
+    (rec,) = s["recoveries"]
+    (resume,) = events(out, "resume")
+    written = [c["version"] for c in events(out, "checkpoint") if c["t"] < kill_time(out)]
+    assert resume["from_version"] == max(written), "resumed from a checkpoint other than the newest"
+    in_flight = [c for c in events(out, "checkpoint_start") if c["t"] < kill_time(out)
+                 and c["version"] > resume["from_version"]]
+    assert 0 <= rec["lost_steps"] <= (2 * k if in_flight else k), (rec, in_flight)
+    assert rec["idle_s"] >= 2.0  # the restart delay at least
+    assert s["final_accuracy"] is not None
+    return rec
+
+
+@pytest.mark.slow
+def test_horovodrun_survives_a_ps_kill(tmp_path):
+    out, s = run_ok(tmp_path, *SYN, "--launcher", "horovodrun", "--mode", "checkpoint", "--checkpoint-every", "50",
+                    "--duration", "14s", "--kill-ps", "5s")
+    command = (out / "command.txt").read_text()
+    assert command.split()[0].endswith("horovodrun") and "--with-ft ulfm" in command
+    rec = check_checkpoint_recovery(out, s, 50)
+    assert rec["mode"] == "checkpoint"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ulfm", [True, False], ids=["ulfm", "no-ulfm"])
+def test_job_restart_after_a_ps_kill(tmp_path, ulfm):
+    out, s = run_ok(tmp_path, *SYN, "--mode", "checkpoint", "--recovery", "job-restart", "--checkpoint-every", "50",
+                    "--duration", "30s", "--kill-ps", "5s", *([] if ulfm else ["--no-ulfm"]))
+    assert ("--with-ft" in (out / "command.txt").read_text()) == ulfm
+    (exit0, exit1) = events(out, "job_exit")  # two jobs: the killed one and the restarted one
+    assert exit0["returncode"] != 0 and not exit0["finished"] and exit1["finished"]
+    assert [r["attempt"] for r in s["restarts"]] == [1]
+    rec = check_checkpoint_recovery(out, s, 50)
+    assert rec["mode"] == "checkpoint/job-restart"
+    # downtime: kill -> first step of the new job, which includes the delay and a whole new start-up
+    assert rec["recovery_s"] >= rec["restart_s"] >= 2.0
+    if not ulfm:  # nobody inside the job saw the death: the launcher's view of the job's end is the detection
+        assert s["detections"][0]["who"] in ("launcher", "worker0")
+    starts = [e for e in events(out, "start") if e["who"] == "ps"]
+    assert len(starts) == 2  # the event logs of both jobs are kept (appended)

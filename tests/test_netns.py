@@ -1,0 +1,50 @@
+"""Two hosts that are real network namespaces on this machine (tests/netns_hosts.py):
+Open MPI launches over ssh onto the second host, the PS runs there, and the launcher
+SIGKILLs it through ssh; the clock offset of the other host is measured."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, events, mpirun_log
+from netns_hosts import TwoHosts, Unavailable
+
+SYN = ["--benchmark", "synthetic", "--model-params", "200000", "--workers", "2", "--eval-interval", "1s",
+       "--restart-delay", "2s"]
+
+
+@pytest.fixture(scope="module")
+def two_hosts():
+    hosts = TwoHosts()
+    try:
+        hosts.start()
+    except (Unavailable, OSError, subprocess.TimeoutExpired) as exc:
+        hosts.stop()
+        pytest.skip(f"no network namespaces here: {exc}")
+    yield hosts
+    hosts.stop()
+
+
+@pytest.mark.slow
+def test_ps_on_the_other_host_is_killed_over_ssh(two_hosts, tmp_path):
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "launch.cli", "run", "--quiet", *SYN, "--mode", "checkpoint",
+            "--checkpoint-every", "50", "--duration", "14s", "--kill-ps", "5s",
+            "--hosts", "nodea:3,nodeb:3", "--ps-host", "nodeb", "--out", str(out)]
+    proc = subprocess.run(two_hosts.argv_on("nodea", argv), env={**two_hosts.env(), "PYTHONPATH": str(ROOT)},
+                          cwd=ROOT, timeout=180, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert (out / "summary.json").exists(), proc.stderr[-3000:] + mpirun_log(out)
+    s = json.loads((out / "summary.json").read_text())
+    assert s["completed"], s["exit_reason"] + mpirun_log(out)
+    placement = {r["role"]: r["host"] for r in json.loads((out / "placement.json").read_text())["ranks"]}
+    assert placement["ps"] == "nodeb" and placement["worker0"] == "nodea"
+    hosts = {e["who"]: e["host"] for e in events(out, "start")}
+    assert hosts["ps"] == "nodeb" and hosts["worker0"] == "nodea"  # the ranks really ran there
+    (kill,) = s["kills"]
+    assert kill["host"] == "nodeb" and kill["how"] == "ssh"
+    offset = s["clock_offsets"]["nodeb"]
+    assert offset["route"] == "ssh" and abs(offset["offset_s"]) <= offset["error_s"] + 0.05  # one kernel clock
+    assert s["detections"] and len(s["recoveries"]) == 1
