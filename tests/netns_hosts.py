@@ -24,7 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-NS = {"nodea": ("psb-a", "10.77.0.1", "vpsb-a"), "nodeb": ("psb-b", "10.77.0.2", "vpsb-b")}
+_TAG = os.getpid() % 100000  # namespace and interface names of this process: test runs may overlap
+NS = {"nodea": (f"psb{_TAG}a", "10.77.0.1", f"vpsb{_TAG}a"), "nodeb": (f"psb{_TAG}b", "10.77.0.2", f"vpsb{_TAG}b")}
 
 
 class Unavailable(Exception):
