@@ -29,6 +29,7 @@ from psmodes.config import RunConfig
 from psmodes.events import EventLog
 
 from .faults import Injector, parse_kills
+from .faults import close_ssh_masters, kill_route
 from .hosts import placement_of
 from .mpirun import launch_command, mpirun_env
 from .runreport import write_run_report
@@ -156,6 +157,8 @@ def run_job(cfg: RunConfig, quiet: bool = False, tick=None) -> dict:
     finally:
         if proc is not None:
             stop_group(proc)
+        close_ssh_masters([h for _, h in placement.ranks if kill_route(h, cfg.kill_via) == "ssh"]
+                          + [k["host"] for k in injector.done if k.get("how") == "ssh"])
         progress.close()
         signal.signal(signal.SIGTERM, previous_term)
     injector.finish()

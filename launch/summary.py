@@ -62,6 +62,9 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
               "rank": e.get("rank"), "generation": e.get("generation"), "how": e.get("how", "local")}
              for e in by("kill")]
     kill_times = [clock.kill_time(e) for e in by("kill")]
+    for k, e, t in zip(kills, by("kill"), kill_times):
+        if e.get("how", "local") != "local":  # a remote kill: sent at t_s, carried out at t_exec_s
+            k["t_exec_s"] = rel(t)
     detections, recoveries = [], []
     # detection times on the detecting rank's host, moved to the launcher's clock
     detects = [{**d, "t_detect": clock.to_launcher(d.get("t_detect", d["t"]), d["who"])} for d in by("detect")]

@@ -53,5 +53,8 @@ def test_ps_on_the_other_host_is_killed_over_ssh(two_hosts, tmp_path):
     (kill,) = s["kills"]
     assert kill["host"] == "nodeb" and kill["how"] == "ssh"
     offset = s["clock_offsets"]["nodeb"]
-    assert offset["route"] == "ssh" and abs(offset["offset_s"]) <= offset["error_s"] + 0.05  # one kernel clock
+    # one kernel, one clock: the true offset is 0; the pings bound the estimate's error
+    assert offset["route"] == "ssh" and offset["error_s"] < 0.1 and abs(offset["offset_s"]) <= offset["error_s"] + 0.01
+    (kill_event,) = events(out, "kill")
+    assert kill_event["t_remote"] >= kill_event["t_kill"] - 0.01  # carried out after it was sent (same clock)
     assert s["detections"] and len(s["recoveries"]) == 1
