@@ -7,6 +7,7 @@
     psbench sweep benchmarks/sweeps/demo.toml [--out DIR] [run options fixed for every run]
     psbench report RUN_OR_SWEEP_DIR [--target 0.70] [--out DIR]
     psbench compare A B              # two report dirs, sweep dirs, run dirs or summary.json files
+    psbench chaos --mode chain --trials 20 --seed 1   # randomised kills, invariants checked per trial
     psbench doctor                   # is this machine ready?
 
 Every option is validated before any process starts; bad input gets one line
@@ -28,6 +29,23 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise ConfigError(message)
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        """An unknown option is refused with the closest option of the sub-command suggested."""
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            import difflib
+
+            parser = self
+            for action in self._actions:
+                if isinstance(action, argparse._SubParsersAction) and getattr(ns, "command", None) in action.choices:
+                    parser = action.choices[ns.command]
+            options = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+            unknown = next((x.split("=", 1)[0] for x in extras if x.startswith("-")), None)
+            close = difflib.get_close_matches(unknown, options, n=1, cutoff=0.6) if unknown else []
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        return ns
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
@@ -67,6 +85,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="SIGKILL the PS at a time since training started (20s) or a PS step (step:800)")
     r.add_argument("--kill-replica", action="append", default=[], metavar="AT[,AT...]",
                    help="chain mode: SIGKILL the tail replica")
+    r.add_argument("--kill-worker", action="append", default=[], metavar="AT",
+                   help="SIGKILL the last worker (the worker group is fixed: the run ends cleanly)")
     x = p.add_argument_group("execution")
     x.add_argument("--out", help="run directory (default: runs/<benchmark>-<mode>-s<seed>-<time>)")
     x.add_argument("--peer-timeout", default="60s", help="longest wait on a live peer before declaring a hang")
@@ -107,6 +127,7 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
         checkpoint_every=a.checkpoint_every, checkpoint_sync=a.checkpoint_sync, replicas=a.replicas, replicate_every=a.replicate_every,
         restart_delay_s=0.0 if str(a.restart_delay).strip() in ("0", "0s") else parse_duration(a.restart_delay, "--restart-delay"),
         replay=a.replay, kill_ps=list(a.kill_ps), kill_replica=list(a.kill_replica),
+        kill_worker=list(a.kill_worker),
         peer_timeout_s=parse_duration(a.peer_timeout, "--peer-timeout"),
         deadline_s=parse_duration(a.deadline, "--deadline") if a.deadline else None,
         allreduce=a.allreduce, device=a.device, threads_per_rank=a.threads,
@@ -131,6 +152,7 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
 
     parse_kills(cfg.kill_ps, "ps", cfg.duration_s)
     parse_kills(cfg.kill_replica, "replica", cfg.duration_s)
+    parse_kills(cfg.kill_worker, "worker", cfg.duration_s)
     placement_of(cfg)  # more ranks than slots, an unknown --ps-host: one line now
     return cfg
 
@@ -195,6 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="one training run under mpirun, with optional PS kills")
     add_run_options(run)
     add_sweep_parser(sub)
+    from .chaos import add_chaos_parser
+
+    add_chaos_parser(sub)
     report = sub.add_parser("report", help="a Markdown report (CIs, plots, findings, cost) of a run or sweep directory")
     report.add_argument("dir", help="a run directory, a sweep directory, or any folder holding run directories")
     add_report_options(report)
@@ -294,6 +319,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_sweep(a, argv)
         if a.command == "report":
             return cmd_report(a)
+        if a.command == "chaos":
+            from .chaos import cmd_chaos
+
+            return cmd_chaos(a)
         if a.command == "compare":
             return cmd_compare(a)
         if a.command == "doctor":

@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from psmodes.config import ConfigError
 from psmodes.events import read_events
 
 from . import naming
@@ -145,6 +146,28 @@ def _read_json(path: Path):
     return json.loads(path.read_text())
 
 
+def newer_format(config: dict, path: Path) -> str | None:
+    """Why a run directory written by a newer psbench is refused, or None."""
+    from psmodes.config import FORMAT_VERSION
+
+    from .summary import SUMMARY_VERSION
+
+    version = config.get("format_version", FORMAT_VERSION)
+    if not isinstance(version, int) or isinstance(version, bool):
+        return f"{path}: config.json has an invalid format_version {version!r}"
+    if version > FORMAT_VERSION:
+        return (f"{path}: run format version {version} is newer than this psbench ({FORMAT_VERSION}); "
+                "upgrade psbench to read it")
+    try:
+        summary_version = json.loads((path / "summary.json").read_text()).get("summary_version", SUMMARY_VERSION)
+    except (OSError, ValueError, AttributeError):
+        return None
+    if isinstance(summary_version, int) and summary_version > SUMMARY_VERSION:
+        return (f"{path}: summary version {summary_version} is newer than this psbench ({SUMMARY_VERSION}); "
+                "upgrade psbench to read it")
+    return None
+
+
 def load_run(path: Path, root: Path, target: float) -> RunRecord:
     path = Path(path)
     rel = str(path.relative_to(root)) if path != root and path.is_relative_to(root) else path.name
@@ -154,6 +177,11 @@ def load_run(path: Path, root: Path, target: float) -> RunRecord:
             raise ValueError("not an object")
     except (OSError, ValueError) as exc:
         return RunRecord(path, rel, None, None, "broken", f"config.json unreadable ({type(exc).__name__})")
+    newer = newer_format(config, path)
+    if newer:  # written by a newer psbench: refused, never read further
+        if path == root:
+            raise ConfigError(newer)
+        return RunRecord(path, rel, None, None, "broken", newer)
     summary = None
     if (path / "summary.json").exists():
         try:

@@ -34,6 +34,7 @@ import time
 
 import numpy as np
 import torch
+from . import killpoints
 from . import transport as tp
 from .context import RunFailed
 from .replay import apply_buffered
@@ -112,13 +113,15 @@ class AsyncParameterServer(ParameterServer):
         while self.waiting and self._may_grant():
             index, rank, applied, staleness, applied_as = self.waiting.pop(0)
             hdr = tp.header(tp.WEIGHTS, self.opt.version, int(self.stopped), self.t0_ms, applied, staleness, applied_as)
+            reqs = tp.isend(self.ctx.cluster.world, hdr, self.opt.weights.numpy(), rank, tp.TAG_FROM_PS)
+            killpoints.reached("send_weights", self.ctx, version=self.opt.version, worker=index)
             # a worker may already be in an announced respawn: notice it here too
-            tp.send(self.ctx.cluster.world, hdr, self.opt.weights.numpy(), rank, tp.TAG_FROM_PS,
-                    self.ctx.peer_timeout, "PS sends weights", on_idle=self.ctx.idle)
+            tp.wait(reqs, self.ctx.peer_timeout, "PS sends weights", on_idle=self.ctx.idle)
             if self.stopped:
                 self.stopped_workers.add(index)
             else:
                 self.computing[index] = self.opt.version
+            self._took_over()
 
     # ---- connections
     def _hello_from(self, hdr: np.ndarray, src: int, index: int) -> None:
@@ -166,7 +169,7 @@ class AsyncParameterServer(ParameterServer):
             vectors = [total] if total is not None else []
         else:
             vectors = [v for it in items for v in it[4]]
-        staleness = apply_buffered(self.opt, policy, count, vectors)
+        staleness = apply_buffered(self.opt, policy, count, vectors, hook=self._replay_hook)
         self.stateless_empty = False
         self.started = True
         ctx.log.emit("replayed", applied=count, policy=policy, version=self.opt.version, staleness=staleness,

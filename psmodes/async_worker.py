@@ -49,13 +49,16 @@ class AsyncWorker(Worker):
         ctx.log.emit("done", completed=self.state == DONE, version=self.version)
 
     def _guarded(self, step) -> None:
-        """One piece of work; a detected death or an announced respawn is handled here."""
-        try:
-            step()
-        except tp.PeerFailed as exc:
-            self._ps_lost(exc, time.time())
-        except RespawnNow:
-            self._respawn()
+        """One piece of work; a detected death or an announced respawn is handled here,
+        also one that happens while handling another (a replacement killed as it joins)."""
+        while True:
+            try:
+                step()
+                return
+            except tp.PeerFailed as exc:
+                step = lambda exc=exc: self._ps_lost(exc, time.time())  # noqa: E731
+            except RespawnNow:
+                step = self._respawn
 
     # ---- normal operation
     def _iteration(self) -> None:
@@ -124,13 +127,15 @@ class AsyncWorker(Worker):
             reqs = [c.world.Isend(self.weights_in, c.ps, tp.TAG_HANDOVER)]
             reqs += [c.world.Isend(v.numpy(), c.ps, tp.TAG_HANDOVER) for v in vectors]
             tp.wait(reqs, ctx.peer_timeout, "hand-over to the replacement PS")
+            handover_s = time.perf_counter() - t_connect
+        version_before = self.version
+        reply = self._receive_weights(ctx.outage_timeout, "worker waits for the PS")
+        if handover:  # applied: the replacement answered; until then the buffer is kept (see worker.py)
             ctx.log.emit("handover", buffered=buf.count, dropped=buf.dropped, policy=cfg.replay,
-                         staleness=buf.staleness, vectors=len(vectors), seconds=time.perf_counter() - t_connect)
+                         staleness=buf.staleness, vectors=len(vectors), seconds=handover_s)
             self.outage["buffered"] = self.outage.get("buffered", 0) + buf.count
             self.outage["dropped"] = self.outage.get("dropped", 0) + buf.dropped
             self.buffer, self.local_opt = None, None  # handed over: never sent twice
-        version_before = self.version
-        reply = self._receive_weights(ctx.outage_timeout, "worker waits for the PS")
         self.pending = False
         self.ps_up = True
         if self.outage is not None:

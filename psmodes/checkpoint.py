@@ -9,6 +9,7 @@ foreign file is skipped in favour of an older one, or refused with one line.
 """
 from __future__ import annotations
 
+import io
 import queue
 import threading
 import time
@@ -30,11 +31,28 @@ def path_for(folder: Path, version: int) -> Path:
     return Path(folder) / f"ckpt-{version:010d}.pt"
 
 
-def save(folder: Path, state: dict) -> Path:
+def save(folder: Path, state: dict, hook=None) -> Path:
+    """Write ``state`` atomically; ``hook(version)`` (a test kill point) runs with about
+    half of the temporary file written, before the rest, the fsync and the rename."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = path_for(folder, int(state["version"]))
-    write_atomic(path, lambda fh: torch.save(state, fh))
+    # serialised in memory first: torch.save straight into a file that hits a full disk raises a
+    # RuntimeError from its zip writer; plain writes raise OSError (ENOSPC), and nothing is renamed
+    blob = io.BytesIO()
+    torch.save(state, blob)
+    data = blob.getbuffer()
+
+    def write(fh) -> None:
+        if hook is None:
+            fh.write(data)
+            return
+        fh.write(data[: len(data) // 2])
+        fh.flush()
+        hook(int(state["version"]))
+        fh.write(data[len(data) // 2:])
+
+    write_atomic(path, write)
     for old in sorted(folder.glob("ckpt-*.pt"))[:-KEEP]:
         old.unlink(missing_ok=True)
     return path
@@ -87,9 +105,14 @@ class BackgroundWriter:
     One snapshot at a time: :meth:`submit` waits for the previous write to end
     (so checkpoints never pile up in memory) and returns the seconds it waited."""
 
-    def __init__(self, folder: Path, on_written) -> None:
+    def __init__(self, folder: Path, on_written, hook=None, on_failed=None) -> None:
+        """``on_written(version, path, seconds)``; ``on_failed(version, exc)`` when a write
+        failed (training goes on, the newest written checkpoint stays valid); ``hook``: see save."""
         self.folder = Path(folder)
         self.on_written = on_written
+        self.on_failed = on_failed
+        self.hook = hook
+        self.failures = 0
         self._queue: queue.Queue = queue.Queue(maxsize=1)
         self._idle = threading.Event()
         self._idle.set()
@@ -110,9 +133,16 @@ class BackgroundWriter:
             if state is None:
                 return
             t0 = time.monotonic()
-            path = save(self.folder, state)
-            self.on_written(state["version"], path, time.monotonic() - t0)
-            self._idle.set()
+            try:
+                path = save(self.folder, state, self.hook)
+            except Exception as exc:  # noqa: BLE001 - disk full, quota, I/O error: the previous one is intact
+                self.failures += 1
+                if self.on_failed is not None:
+                    self.on_failed(state["version"], exc)
+            else:
+                self.on_written(state["version"], path, time.monotonic() - t0)
+            finally:
+                self._idle.set()
 
     def wait_idle(self, timeout: float = 60.0) -> None:
         self._idle.wait(timeout)

@@ -72,6 +72,7 @@ class RunConfig:
     slow_worker: str | None = None  # "W:FACTOR": worker W's steps take FACTOR times longer
     kill_ps: list[str] = field(default_factory=list)
     kill_replica: list[str] = field(default_factory=list)
+    kill_worker: list[str] = field(default_factory=list)  # SIGKILL the last worker: the run ends cleanly
     # safety nets
     peer_timeout_s: float = 60.0    # longest wait on a live peer before a rank declares the run hung
     deadline_s: float | None = None  # watchdog on the whole job; None: derived from duration/steps
@@ -144,7 +145,7 @@ class RunConfig:
         if self.deadline_s:
             return self.deadline_s
         base = self.duration_s if self.duration_s else max(60.0, (self.steps or 0) * 0.2)
-        kills = len(self.kill_ps) + len(self.kill_replica)
+        kills = len(self.kill_ps) + len(self.kill_replica) + len(self.kill_worker)
         return base * 2 + 120 + kills * (self.restart_delay_s + 30)
 
     # ---- validation

@@ -77,6 +77,13 @@ class Context:
         own; the workers are told by the leader.
         """
         t_detect = time.time()
+        workers = [r.label for r in self.failed_roles() if r.kind == "worker"]
+        if workers:
+            # the worker group is fixed (no elastic workers): a dead worker ends the run. Said before
+            # the shrink, which would wait for workers that may be blocked in their allreduce
+            self.log.emit("detect", via=via, error=str(exc), t_detect=t_detect, dead=workers,
+                          role=self.cluster.me.label, rank=self.cluster.rank)
+            raise RunFailed(f"{', '.join(workers)} died ({exc}); the worker group is fixed, so the run ends")
         dead = self.cluster.shrink()
         self.log.emit("detect", via=via, error=str(exc), t_detect=t_detect,
                       dead=[r.label for r in dead], role=self.cluster.me.label, rank=self.cluster.rank)
@@ -86,6 +93,16 @@ class Context:
                             "no copy of the PS state survives")
         self._post_action()
         return dead
+
+    def failed_roles(self) -> list:
+        """The roles of the world's members that ULFM knows to have failed (a local call)."""
+        world = self.cluster.world
+        try:
+            group = world.Get_failed()
+            ranks = MPI.Group.Translate_ranks(group, list(range(group.Get_size())), world.Get_group())
+        except (MPI.Exception, NotImplementedError, AttributeError):
+            return []
+        return [self.cluster.roles[r] for r in ranks if r is not None and 0 <= r < len(self.cluster.roles)]
 
     def resilient(self, body, via: str, after_failure=None, after_respawn=None):
         """Run a role's loop ``body`` until it returns, repairing around it.

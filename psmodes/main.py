@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         cluster = Cluster(world.Dup(), list(full), me)
         name = me.label
     from .context import Context, RunFailed, set_threads
+    from .transport import PeerFailed
     from .events import EventLog
 
     log = EventLog(cfg.run_dir, name)
@@ -80,6 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     except RunFailed as exc:
         log.emit("failed", reason=str(exc))
         print(f"psbench[{name}]: {exc}", file=sys.stderr)
+        _exit(log, 3)
+    except PeerFailed as exc:
+        # a death this role does not repair (a worker seeing another worker die): an expected
+        # end, recorded; ULFM tells the others, who end the same way or repair
+        log.emit("failed", reason=f"a peer died and {me.label} cannot go on without it ({exc})")
+        print(f"psbench[{name}]: a peer died: {exc}", file=sys.stderr)
         _exit(log, 3)
     except Exception as exc:  # noqa: BLE001 - record, then take the job down instead of hanging peers
         from .transport import PeerTimeout

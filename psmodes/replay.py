@@ -55,21 +55,27 @@ class UpdateBuffer:
         return self.items
 
 
-def apply_buffered(opt, policy: str, count: int, vectors: list[torch.Tensor]) -> list[int]:
-    """The PS's side. Returns the staleness of each applied update."""
+def apply_buffered(opt, policy: str, count: int, vectors: list[torch.Tensor], hook=None) -> list[int]:
+    """The PS's side. Returns the staleness of each applied update. ``hook(i, n)``
+    is called before the i-th (1-based) of the n steps taken (a test kill point)."""
     if not count:
         return []
+    hook = hook or (lambda i, n: None)
     if policy == "paper":
         scale = 1.0 if count <= PAPER_THRESHOLD else PAPER_THRESHOLD / count
+        hook(1, 1)
         opt.step(vectors[0], lr_scale=scale)
         opt.version += count - 1
     elif policy == "mean":
+        hook(1, 1)
         opt.step(vectors[0], lr_scale=1.0 / count)
         opt.version += count - 1
     elif policy in ("sequential", "staleness"):
         for i, grad in enumerate(vectors, start=1):
+            hook(i, len(vectors))
             opt.step(grad, lr_scale=1.0 / i if policy == "staleness" else 1.0)
         opt.version += count - len(vectors)  # dropped ones still count as consumed steps
     elif policy == "local":
+        hook(1, 1)
         opt.version += count  # applied on the workers already; the weights came with the hand-over
     return list(range(1, count + 1))

@@ -24,6 +24,7 @@ import torch
 from mpi4py import MPI
 
 from . import checkpoint as ckpt
+from . import killpoints
 from . import transport as tp
 from .context import Context, RunFailed
 from .flatparams import FlatParams, digest
@@ -99,7 +100,9 @@ class ParameterServer:
         self.writer = None
         if cfg.mode == "checkpoint":
             self.ckpt_dir = Path(cfg.run_dir) / "checkpoints"
-            self.writer = ckpt.BackgroundWriter(self.ckpt_dir, self._on_checkpoint)
+            self.writer = ckpt.BackgroundWriter(
+                self.ckpt_dir, self._on_checkpoint, on_failed=self._on_checkpoint_failed,
+                hook=self._checkpoint_hook if killpoints.armed("checkpoint_write") else None)
         # a whole-job restart (--recovery job-restart): the launcher wrote restart.json before
         # starting the new job; this PS resumes from the newest checkpoint and keeps the run's clock
         self.restart = read_restart(cfg) if fresh and ctx.cluster.generation == 0 else None
@@ -108,6 +111,8 @@ class ParameterServer:
         if self.restart is not None:
             self.t0_ms = int(self.restart["t0_ms"])
         write_pid_file(ctx, "ps")
+        # a PS that takes over from a dead one (respawned, promoted or restarted): kill point `takeover`
+        self.takes_over = not fresh or ctx.cluster.generation > 0 or getattr(self, "restart", None) is not None
 
     # ---- start-up of a replacement
     def _init_replacement(self) -> None:
@@ -116,6 +121,12 @@ class ParameterServer:
             state, skipped = ckpt.newest(self.ckpt_dir, self.numel)
             for reason in skipped:
                 log.emit("checkpoint_skipped", reason=reason)
+            if state is None and not skipped:
+                # the PS died before its first checkpoint (version 0) was durable: version 0 is the
+                # seed's initial model, which build_flat made again; lose the steps, not the run
+                state = ckpt.make_state(self.opt.weights, self.opt.buf, 0, cfg.seed)
+                log.emit("checkpoint_none", reason=f"no checkpoint in {self.ckpt_dir}: starting from the "
+                                                   "initial weights (version 0)")
             if state is None:
                 raise RunFailed(f"no loadable checkpoint in {self.ckpt_dir}")
             self.opt.weights.copy_(state["weights"])
@@ -160,6 +171,7 @@ class ParameterServer:
 
     def _update(self, grad: torch.Tensor, lr_scale: float = 1.0) -> None:
         self.opt.step(grad, lr_scale)
+        killpoints.reached("apply", self.ctx, version=self.opt.version)
         self._after_update()
 
     def _after_update(self) -> None:
@@ -183,8 +195,10 @@ class ParameterServer:
         if self.opt.version % 10 == 0:
             self.ctx.log.emit("update", version=self.opt.version)
         hdr = tp.header(tp.WEIGHTS, self.opt.version, int(self.stopped), self.t0_ms)
-        tp.send(self.ctx.cluster.world, hdr, self.opt.weights.numpy(), self.ctx.cluster.leader, tp.TAG_FROM_PS,
-                self.ctx.peer_timeout, "PS sends weights")
+        reqs = tp.isend(self.ctx.cluster.world, hdr, self.opt.weights.numpy(), self.ctx.cluster.leader,
+                        tp.TAG_FROM_PS)
+        killpoints.reached("send_weights", self.ctx, version=self.opt.version)
+        tp.wait(reqs, self.ctx.peer_timeout, "PS sends weights")
 
     def _hello(self, hdr: np.ndarray) -> None:
         """Reconcile with the leader; see the module docstring."""
@@ -208,7 +222,7 @@ class ParameterServer:
                 vec = torch.zeros(self.numel)
                 tp.recv_payload(world, vec.numpy(), leader, tp.TAG_HANDOVER, ctx.peer_timeout, "hand-over updates")
                 vectors.append(vec)
-            staleness = apply_buffered(self.opt, policy, n_buffered, vectors)
+            staleness = apply_buffered(self.opt, policy, n_buffered, vectors, hook=self._replay_hook)
             self.stateless_empty = False
             info.update(replayed=n_buffered, policy=policy, staleness=staleness, vectors=n_vectors)
             ctx.log.emit("replayed", applied=n_buffered, policy=policy, version=self.opt.version, staleness=staleness)
@@ -229,6 +243,21 @@ class ParameterServer:
         ctx.log.emit("hello", **info)
         self.started = True
         self._reply()
+        self._took_over()
+
+    # ---- test-only kill points (psmodes/killpoints.py)
+    def _took_over(self) -> None:
+        if self.takes_over:
+            self.takes_over = False
+            killpoints.reached("takeover", self.ctx, version=self.opt.version)
+
+    def _replay_hook(self, i: int, n: int) -> None:
+        if i == min(2, n):  # between the first and the second replayed update, or before the only one
+            killpoints.reached("replay", self.ctx, version=self.opt.version, replayed=i - 1, of=n)
+
+    def _checkpoint_hook(self, version: int) -> None:
+        if version > 0:  # not the initial checkpoint, written before training starts
+            killpoints.reached("checkpoint_write", self.ctx, version=version)
 
     def _digest_at(self, version: int) -> str | None:
         if version == self.opt.version:
@@ -246,6 +275,7 @@ class ParameterServer:
         self.opt.pack(self._repl_buf)
         hdr = tp.header(tp.STATE, self.opt.version, 0, int(wait_ack), self.t0_ms)
         self._repl_reqs = tp.isend(c.world, hdr, self._repl_buf.numpy(), c.replicas[0], tp.TAG_CHAIN)
+        killpoints.reached("chain_forward", ctx, version=self.opt.version)
         if wait_ack:
             tp.wait(self._repl_reqs, ctx.peer_timeout, "replicate to the chain")
             ack, _ = tp.recv_header(c.world, MPI.ANY_SOURCE, tp.TAG_ACK, ctx.peer_timeout, "tail acknowledges")
@@ -277,6 +307,10 @@ class ParameterServer:
     def _on_checkpoint(self, version: int, path: Path, seconds: float) -> None:
         self.ctx.log.emit("checkpoint", version=version, path=path.name, write_s=seconds,
                           bytes=path.stat().st_size if path.exists() else 0)
+
+    def _on_checkpoint_failed(self, version: int, exc: OSError) -> None:
+        # training goes on; the newest checkpoint that was written stays the one to resume from
+        self.ctx.log.emit("checkpoint_failed", version=version, error=f"{type(exc).__name__}: {exc}")
 
     def _finish(self) -> None:
         ctx, c = self.ctx, self.ctx.cluster

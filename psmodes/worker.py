@@ -79,6 +79,9 @@ class Worker:
         self.ready_buf = np.zeros(tp.HEADER_LEN, dtype=np.int64)
         self.samples_per_step = ctx.batch_size * cfg.workers
         self.last_loss = float("nan")
+        from .server import write_pid_file
+
+        write_pid_file(ctx, f"worker{self.index}")  # --kill-worker finds it here
 
     # ---- one step's pieces
     def _compute(self) -> float:
@@ -136,7 +139,7 @@ class Worker:
                 self.ctrl[:] = 0
             self._sync_ctrl()
             action = int(self.ctrl[3])
-            if action != ACT_NONE:
+            while action != ACT_NONE:  # again when the PS died during the reconnection
                 t_action = time.perf_counter()
                 self._join_repair()
                 background = ctx.cfg.mode == "stateless"
@@ -147,9 +150,13 @@ class Worker:
                 elif action == ACT_SPAWN:
                     self._in_background(ctx.respawn, "respawn") if background else ctx.respawn()
                 if self.leader:
-                    self._reconnect()
+                    try:
+                        self._reconnect()
+                    except tp.PeerFailed as exc:  # e.g. a replacement killed as soon as it joined
+                        self._ps_lost(exc, time.time(), 0.0)
                 self._sync_ctrl()
                 self._add_idle(time.perf_counter() - t_action)
+                action = int(self.ctrl[3])
             self._take_weights()
             if not compute_s:  # an iteration that only waited for the repair
                 self._add_idle(time.perf_counter() - t_iter)
@@ -220,7 +227,12 @@ class Worker:
             if ready:
                 self.ready_req = None
                 t_connect = time.perf_counter()
-                self._connect_and_steer(pending=False)
+                try:
+                    self._connect_and_steer(pending=False)
+                except tp.PeerFailed as exc:  # the replacement died in the hand-over: the buffer is kept
+                    self._add_idle(time.perf_counter() - t_connect)
+                    self._ps_lost(exc, time.time(), 0.0)
+                    return
                 self._add_idle(time.perf_counter() - t_connect)
                 return
         self._set_ctrl(new_weights, action=self._repair_action())
@@ -349,15 +361,18 @@ class Worker:
             reqs = [c.world.Isend(self.weights_in, c.ps, tp.TAG_HANDOVER)]
             reqs += [c.world.Isend(v.numpy(), c.ps, tp.TAG_HANDOVER) for v in vectors]
             tp.wait(reqs, ctx.peer_timeout, "hand-over to the replacement PS")
+            handover_s = time.perf_counter() - t_handover
+        hdr, _ = tp.recv_header(c.world, MPI.ANY_SOURCE, tp.TAG_FROM_PS, ctx.outage_timeout, "leader waits for the PS")
+        self._recv_weights()
+        if handover:
+            # applied: the replacement answered. Until then the buffer is kept, so a replacement
+            # that dies while replaying it gets it replayed by the next one (exactly once)
             ctx.log.emit("handover", buffered=buf.count, dropped=buf.dropped, policy=cfg.replay,
-                         staleness=buf.staleness, vectors=len(vectors),
-                         seconds=time.perf_counter() - t_handover)
+                         staleness=buf.staleness, vectors=len(vectors), seconds=handover_s)
             if self.outage is not None:
                 self.outage["buffered"] = self.outage.get("buffered", 0) + buf.count
                 self.outage["dropped"] = self.outage.get("dropped", 0) + buf.dropped
             self.buffer, self.local_opt = None, None  # handed over: never sent twice
-        hdr, _ = tp.recv_header(c.world, MPI.ANY_SOURCE, tp.TAG_FROM_PS, ctx.outage_timeout, "leader waits for the PS")
-        self._recv_weights()
         self.version, self.t0_ms = int(hdr[1]), int(hdr[3])
         self.pending = False
         self.ps_up = True

@@ -1,0 +1,298 @@
+"""``psbench chaos``: randomised kill trials with invariants checked after every trial.
+
+    psbench chaos --mode chain --trials 20 --seed 1
+    psbench chaos --mode checkpoint,chain,stateless --trials 50 --seed 7 --benchmark synthetic
+
+Each trial is one real run (:func:`launch.runner.run_job`: mpirun, ULFM, real
+SIGKILLs) whose kills are drawn from ``--seed``: one or two PS kills at random
+times (chain: sometimes the tail replica instead; sometimes a second kill 0-50
+ms after the first, closer than the failure detection), and random mode
+parameters (checkpoint interval and sync writes, chain length and replication
+interval, stateless replay policy). After every trial the run directory is
+checked against these invariants:
+
+- ``deadline``: the run completed or failed cleanly (a recorded reason) within
+  its deadline; the launcher's watchdog enforces the deadline, hitting it is a
+  violation (a hang);
+- ``orphans``: no process of the run is left once the launcher returned;
+- ``checkpoints``: every ``ckpt-*.pt`` on disk loads (``weights_only``) and is
+  complete (keys, sizes);
+- ``chain``: with ``--replicate-every 1`` (strict) no acknowledged update was
+  lost (``lost_steps`` 0 at every recovery); with K > 1 at most K-1;
+- ``checkpoint``: at most 2K steps lost per recovery (K with synchronous writes);
+- ``stateless``: every buffered update was applied exactly once (the updates
+  handed over equal the updates replayed);
+- ``accuracy``: for the modes that keep the PS state (checkpoint, chain), the
+  final accuracy is at least the last accuracy measured before the first kill
+  minus ``--tolerance`` (default 0.05). ``stateless`` changes the model by
+  replaying (the study's point) and ``none`` ends the run, so neither promises it.
+
+It prints one row per mode: trials, kills, survived (completed), invariant
+violations (must be 0), slowest recovery; then every violation. Exit status 1
+when any invariant was violated, 2 for bad input (nothing started).
+``<out>/chaos.json`` keeps every trial's kills, outcome and violations.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+from psmodes.config import MODES, REPLAY_POLICIES, ConfigError, RunConfig, parse_duration
+
+ACCURACY_TOLERANCE = 0.05
+KEEPS_STATE = ("checkpoint", "chain")  # modes whose accuracy after recovery must match before the kill
+
+
+def add_chaos_parser(sub) -> None:
+    from benchmarks.registry import WORKLOADS
+
+    p = sub.add_parser("chaos", help="randomised PS kill trials; invariants checked after every trial",
+                       description="Randomised kill trials (real mpirun, real SIGKILLs) with invariants checked "
+                                   "after every trial; exit 1 on any violation.")
+    p.add_argument("--mode", required=True, help=f"one of {', '.join(MODES)}, or several separated by commas")
+    p.add_argument("--trials", type=int, default=20, help="trials per mode")
+    p.add_argument("--seed", type=int, default=0, help="draws the kills and parameters of every trial")
+    p.add_argument("--benchmark", default="synthetic", help=f"one of: {', '.join(WORKLOADS)}")
+    p.add_argument("--duration", default="10s", help="training time of each trial")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--model-params", type=int, default=200_000, help="synthetic benchmark: model size")
+    p.add_argument("--consistency", default="sync", help="sync, async or bounded:S")
+    p.add_argument("--restart-delay", default="1s", help="time before a replacement is spawned")
+    p.add_argument("--max-kills", type=int, default=2, help="kills per trial: 1 to this many")
+    p.add_argument("--tolerance", type=float, default=ACCURACY_TOLERANCE,
+                   help="largest accuracy drop allowed after recovery (checkpoint, chain)")
+    p.add_argument("--out", help="folder of the trials (default: runs/chaos-<time>)")
+    p.add_argument("--quiet", action="store_true", help="only the table")
+
+
+def plan_trials(a: argparse.Namespace) -> list[RunConfig]:
+    """Every trial's configuration, drawn from the seed and validated before anything starts."""
+    modes = [m.strip() for m in str(a.mode).split(",") if m.strip()]
+    for m in modes:
+        if m not in MODES:
+            import difflib
+
+            close = difflib.get_close_matches(m, MODES, n=1)
+            raise ConfigError(f"unknown mode {m!r}" + (f" (did you mean {close[0]}?)" if close else "")
+                              + f"; choose from: {', '.join(MODES)}")
+    if not modes:
+        raise ConfigError("--mode: give at least one mode")
+    if isinstance(a.trials, bool) or a.trials < 1:
+        raise ConfigError(f"--trials must be a positive integer, got {a.trials}")
+    if a.seed < 0:
+        raise ConfigError(f"--seed must be >= 0, got {a.seed}")
+    if a.max_kills < 1:
+        raise ConfigError(f"--max-kills must be >= 1, got {a.max_kills}")
+    if not 0 <= a.tolerance < 1:
+        raise ConfigError(f"--tolerance must be in [0, 1), got {a.tolerance}")
+    duration = parse_duration(a.duration, "--duration")
+    restart_delay = 0.0 if str(a.restart_delay).strip() in ("0", "0s") else parse_duration(a.restart_delay,
+                                                                                           "--restart-delay")
+    out = Path(a.out) if a.out else Path("runs") / f"chaos-{time.strftime('%Y%m%d-%H%M%S')}"
+    if out.exists() and any(out.glob("*/trial-*")):
+        raise ConfigError(f"{out} already holds chaos trials; choose another --out")
+    configs = []
+    for mode in modes:
+        for i in range(a.trials):
+            rng = random.Random(f"{a.seed}/{mode}/{i}")
+            cfg = RunConfig(benchmark=a.benchmark, mode=mode, consistency=a.consistency, workers=a.workers,
+                            duration_s=duration, seed=a.seed * 1000 + i, model_params=a.model_params,
+                            eval_interval_s=max(0.5, duration / 10), restart_delay_s=restart_delay)
+            _draw(cfg, rng, duration, a.max_kills)
+            cfg.run_dir = str((out / mode / f"trial-{i:03d}").resolve())
+            _validate(cfg)
+            configs.append(cfg)
+    return configs
+
+
+def _draw(cfg: RunConfig, rng: random.Random, duration: float, max_kills: int) -> None:
+    n = rng.randint(1, max_kills)
+    times = sorted(round(rng.uniform(0.1, 0.8) * duration, 2) for _ in range(n))
+    specs = [f"{t}s" for t in times]
+    if n >= 2 and rng.random() < 0.25:  # the second kill right after the first: before it was detected
+        specs[1] = f"+{rng.randint(0, 50)}ms"
+    if cfg.mode == "chain":
+        cfg.replicas = rng.choice([1, 2, 2])
+        cfg.replicate_every = rng.choice([1, 1, 1, 5])
+        for spec in specs:
+            if not spec.startswith("+") and rng.random() < 0.3:
+                cfg.kill_replica.append(spec)
+            else:
+                cfg.kill_ps.append(spec)
+    else:
+        cfg.kill_ps = specs
+    if cfg.mode == "checkpoint":
+        cfg.checkpoint_every = rng.choice([10, 20, 50])
+        cfg.checkpoint_sync = rng.random() < 0.3
+    if cfg.mode == "stateless":
+        cfg.replay = rng.choice(REPLAY_POLICIES)
+
+
+def _validate(cfg: RunConfig) -> None:
+    from .faults import parse_kills
+
+    cfg.validate()
+    parse_kills(cfg.kill_ps, "ps", cfg.duration_s)
+    parse_kills(cfg.kill_replica, "replica", cfg.duration_s)
+
+
+# ---- invariants
+def check_trial(cfg: RunConfig, summary: dict | None, wall_s: float,
+                tolerance: float = ACCURACY_TOLERANCE) -> list[str]:
+    """The invariants of one finished trial; each violation is one line."""
+    run_dir = Path(cfg.run_dir)
+    bad: list[str] = []
+    left = leftover_processes(run_dir)
+    if left:
+        bad.append(f"orphans: {len(left)} process(es) of the run still alive after the launcher returned "
+                   f"(pids {', '.join(str(p) for p in left)})")
+    if summary is None:
+        try:
+            summary = json.loads((run_dir / "summary.json").read_text())
+        except (OSError, ValueError) as exc:
+            return bad + [f"deadline: no readable summary.json ({exc})"]
+    deadline = cfg.resolved_deadline()
+    reason = str(summary.get("exit_reason"))
+    if "watchdog" in reason:
+        bad.append(f"deadline: the watchdog stopped the run ({reason})")
+    elif wall_s > deadline + 30:
+        bad.append(f"deadline: the run took {wall_s:.0f} s, its deadline is {deadline:.0f} s")
+    if not summary.get("completed") and (not summary.get("failures") and "watchdog" not in reason):
+        bad.append(f"deadline: the run neither completed nor failed with a recorded reason ({reason})")
+    for path in sorted((run_dir / "checkpoints").glob("ckpt-*.pt")):
+        from psmodes import checkpoint as ckpt
+
+        try:
+            ckpt.load(path)
+        except ckpt.CheckpointError as exc:
+            bad.append(f"checkpoints: {exc}")
+    recs = summary.get("recoveries") or []
+    if cfg.mode == "chain":
+        bound = 0 if cfg.replicate_every == 1 else cfg.replicate_every - 1
+        for r in recs:
+            if r["lost_steps"] > bound:
+                bad.append(f"chain: recovery after kill {r['kill']} lost {r['lost_steps']} steps "
+                           f"(--replicate-every {cfg.replicate_every} allows {bound})")
+    if cfg.mode == "checkpoint":
+        bound = cfg.checkpoint_every * (1 if cfg.checkpoint_sync else 2)
+        for r in recs:
+            if r["lost_steps"] > bound:
+                bad.append(f"checkpoint: recovery after kill {r['kill']} lost {r['lost_steps']} steps "
+                           f"(K={cfg.checkpoint_every}{', sync' if cfg.checkpoint_sync else ''} allows {bound})")
+    if cfg.mode == "stateless" and summary.get("buffered_sent") != summary.get("buffered_applied"):
+        bad.append(f"stateless: {summary.get('buffered_sent')} buffered updates handed over, "
+                   f"{summary.get('buffered_applied')} applied")
+    if cfg.mode in KEEPS_STATE and summary.get("completed"):
+        before = accuracy_before_first_kill(summary)
+        final = summary.get("final_accuracy")
+        if before is not None and final is not None and final < before - tolerance:
+            bad.append(f"accuracy: {final:.3f} at the end, {before:.3f} before the first kill "
+                       f"(tolerance {tolerance})")
+    return bad
+
+
+def accuracy_before_first_kill(summary: dict) -> float | None:
+    kills = summary.get("kills") or []
+    if not kills:
+        return None
+    t_kill = min(k["t_s"] for k in kills)
+    before = [acc for t, _step, acc in summary.get("accuracy_timeline") or [] if t < t_kill]
+    return before[-1] if before else None
+
+
+def leftover_processes(run_dir: Path, grace_s: float = 5.0) -> list[int]:
+    """Processes whose command line names the run directory, after a short grace; they are killed."""
+    import psutil
+
+    needle = str(run_dir)
+    end = time.monotonic() + grace_s
+    while True:
+        found = []
+        for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+            try:
+                cmd = proc.info["cmdline"] or []
+                if proc.info["status"] != psutil.STATUS_ZOMBIE and any(needle in arg for arg in cmd):
+                    found.append(proc)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        if not found or time.monotonic() > end:
+            break
+        time.sleep(0.2)
+    for proc in found:  # do not let one trial's leftovers disturb the next
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    return [p.pid for p in found]
+
+
+# ---- the command
+def cmd_chaos(a: argparse.Namespace) -> int:
+    from .runner import run_job
+
+    configs = plan_trials(a)
+    out = Path(configs[0].run_dir).parent.parent
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for n, cfg in enumerate(configs, start=1):
+        t0 = time.time()
+        summary, crash = None, None
+        try:
+            summary = run_job(cfg, quiet=True)
+        except Exception as exc:  # noqa: BLE001 - a launcher crash is a finding, not the end of the trials
+            crash = f"launcher: {type(exc).__name__}: {exc}"
+        wall = time.time() - t0
+        bad = check_trial(cfg, summary, wall, a.tolerance)
+        if crash:
+            bad.insert(0, crash)
+        summary = summary or {}
+        row = {"mode": cfg.mode, "trial": Path(cfg.run_dir).name, "run_dir": cfg.run_dir, "seed": cfg.seed,
+               "kill_ps": cfg.kill_ps, "kill_replica": cfg.kill_replica, "kills": len(summary.get("kills") or []),
+               "completed": bool(summary.get("completed")), "exit_reason": summary.get("exit_reason"),
+               "recovery_s": max([r["recovery_s"] for r in summary.get("recoveries") or []], default=None),
+               "lost_steps": [r["lost_steps"] for r in summary.get("recoveries") or []],
+               "params": _params(cfg), "wall_s": round(wall, 1), "violations": bad}
+        results.append(row)
+        if not a.quiet:
+            kills = ", ".join(cfg.kill_ps + [f"replica:{k}" for k in cfg.kill_replica])
+            verdict = "ok" if not bad else f"{len(bad)} VIOLATION(S): " + "; ".join(bad)
+            print(f"[{n}/{len(configs)}] {cfg.mode} {row['trial']} ({row['params']}; kills {kills}): "
+                  f"{'completed' if row['completed'] else 'failed: ' + str(row['exit_reason'])[:80]}, "
+                  f"{row['kills']} kill(s), {wall:.0f} s - {verdict}", file=sys.stderr, flush=True)
+        from psmodes.atomic import write_text_atomic
+
+        write_text_atomic(out / "chaos.json", json.dumps({"argv": sys.argv, "trials": results}, indent=2) + "\n")
+    print(table(results))
+    violations = [(r["mode"], r["trial"], v) for r in results for v in r["violations"]]
+    for mode, trial, v in violations:
+        print(f"VIOLATION {mode}/{trial}: {v}")
+    print(f"trials: {out}")
+    return 1 if violations else 0
+
+
+def _params(cfg: RunConfig) -> str:
+    if cfg.mode == "chain":
+        return f"replicas {cfg.replicas}, replicate-every {cfg.replicate_every}"
+    if cfg.mode == "checkpoint":
+        return f"checkpoint-every {cfg.checkpoint_every}{' sync' if cfg.checkpoint_sync else ''}"
+    if cfg.mode == "stateless":
+        return f"replay {cfg.replay}"
+    return "-"
+
+
+def table(results: list[dict]) -> str:
+    import pandas as pd
+
+    rows = []
+    for mode in dict.fromkeys(r["mode"] for r in results):
+        rs = [r for r in results if r["mode"] == mode]
+        slowest = max([r["recovery_s"] for r in rs if r["recovery_s"] is not None], default=None)
+        rows.append({"mode": mode, "trials": len(rs), "kills": sum(r["kills"] for r in rs),
+                     "survived": sum(r["completed"] for r in rs),
+                     "invariant violations": sum(len(r["violations"]) for r in rs),
+                     "slowest recovery (s)": round(slowest, 2) if slowest is not None else "-"})
+    return pd.DataFrame(rows).to_markdown(index=False)

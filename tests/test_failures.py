@@ -1,0 +1,260 @@
+"""Workers and the launcher fail too; hostile and broken input gets a clear answer;
+security basics. Each test fails when the protection it names is removed."""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from conftest import PSBENCH, ROOT, events, psbench, run_ok
+
+SYN = ["--benchmark", "synthetic", "--model-params", "200000", "--workers", "2", "--eval-interval", "1s",
+       "--restart-delay", "1s"]
+
+
+def run_processes(run_dir: Path) -> list[psutil.Process]:
+    """Live processes whose command line names the run directory (mpirun, the ranks, replacements)."""
+    needle, found = str(run_dir.resolve()), []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and any(needle in a for a in proc.info["cmdline"] or []):
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+# ---- 3. workers and the launcher fail too
+@pytest.mark.parametrize("consistency", ["sync", "async"])
+def test_worker_sigkill_ends_the_run_cleanly_and_promptly(tmp_path, consistency):
+    # the worker group is fixed: the PS and the evaluator see the worker's death (ULFM) and end the run
+    # at once instead of shrinking (which would wait for workers blocked in their allreduce) and hanging
+    out, s = run_ok(tmp_path, *SYN, "--mode", "checkpoint", "--consistency", consistency, "--duration", "60s",
+                    "--kill-worker", "3s", expect_complete=False)
+    assert not s["completed"]
+    assert len(s["kills"]) == 1 and s["kills"][0]["role"] == "worker1"
+    reasons = [f["reason"] for f in s["failures"]]
+    assert any("worker1 died" in r for r in reasons), reasons
+    assert "watchdog" not in s["exit_reason"]
+    # well before the 60 s of training it was given and the 60 s peer timeout
+    assert s["wall_s"] < 40, s["wall_s"]
+    assert not run_processes(out)
+
+
+def test_launcher_sigkill_leaves_no_orphans_and_a_readable_incomplete_run(tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    launcher = subprocess.Popen([*PSBENCH, "run", "--quiet", "--out", str(out), *SYN, "--mode", "checkpoint",
+                                 "--duration", "60s"], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 90
+        while not any(e["ev"] == "step" for e in events(out, "step", "worker0")):
+            assert launcher.poll() is None and time.monotonic() < deadline, "the run never started training"
+            time.sleep(0.5)
+        assert len(run_processes(out)) >= 5  # mpirun and its 4 ranks
+    finally:
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait()
+    t_kill = time.monotonic()
+    while run_processes(out) and time.monotonic() - t_kill < 10:
+        time.sleep(0.2)
+    left = run_processes(out)
+    for proc in left:
+        proc.kill()
+    assert not left, [" ".join(p.cmdline()[:4]) for p in left]
+    # the run directory: incomplete (no summary.json) but readable
+    assert not (out / "summary.json").exists()
+    assert json.loads((out / "config.json").read_text())["mode"] == "checkpoint"
+    assert events(out, "step", "worker0") and events(out, "launch")
+    proc = psbench("report", str(out), "--out", str(tmp_path / "report"))
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "incomplete" in text and "no summary.json" in text
+
+
+# ---- 4. hostile and broken input
+@pytest.mark.parametrize("args, needle", [
+    (["run", "--benchmark", "synthetic", "--steps", "5", "--kill-pss", "5s"], "did you mean --kill-ps?"),
+    (["run", "--benchmark", "synthetic", "--steps", "5", "--checkpoint-evry=5"], "did you mean --checkpoint-every?"),
+    (["run", "--benchmark", "synthetic", "--steps", "5", "--kill-ps", "point:aply"], "did you mean point:apply?"),
+    (["run", "--benchmark", "synthetic", "--steps", "5", "--kill-replica", "point:apply", "--mode", "chain"],
+     "give them to --kill-ps"),
+    (["run", "--benchmark", "synthetic", "--steps", "5", "--kill-worker", "soon"], "is not a duration"),
+    (["chaos", "--mode", "chian"], "did you mean chain?"),
+    (["chaos", "--mode", "chain", "--trials", "0"], "--trials must be a positive integer"),
+    (["chaos", "--mode", "chain", "--trails", "3"], "did you mean --trials?"),
+    (["chaos", "--mode", "chain", "--duration", "soon"], "is not a duration"),
+])
+def test_bad_input_one_line_with_suggestion(tmp_path, args, needle):
+    proc = psbench(*args, "--out", str(tmp_path / "never")) if args[0] == "chaos" else psbench(*args)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("psbench: error:") and needle in lines[0], proc.stderr
+    assert not (tmp_path / "never").exists()
+
+
+def test_run_directory_of_a_newer_format_is_refused(tmp_path):
+    run = tmp_path / "run"
+    (run / "events").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"format_version": 99, "mode": "chain"}))
+    proc = psbench("report", str(run), "--out", str(tmp_path / "rep"))
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "format version 99 is newer than this psbench" in lines[0], proc.stderr
+    from psmodes.config import ConfigError, RunConfig
+
+    with pytest.raises(ConfigError, match="newer than this psbench"):  # the ranks refuse it too
+        RunConfig.load(run / "config.json")
+
+
+def test_a_newer_run_inside_a_sweep_is_listed_as_refused(tmp_path):
+    from launch.collect import load_run
+
+    run = tmp_path / "sweep" / "runs" / "a"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"format_version": 2}))
+    rec = load_run(run, tmp_path / "sweep", 0.7)
+    assert rec.status == "broken" and "newer than this psbench" in rec.reason and rec.summary is None
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped", "foreign-zip", "empty", "text"])
+def test_damaged_checkpoint_is_refused_in_one_line(tmp_path, damage):
+    from psmodes import checkpoint as ckpt
+
+    good = ckpt.save(tmp_path, ckpt.make_state(torch.ones(1000), None, 1, 0))
+    bad = ckpt.path_for(tmp_path, 2)
+    raw = good.read_bytes()
+    if damage == "truncated":
+        bad.write_bytes(raw[: len(raw) * 2 // 3])
+    elif damage == "flipped":
+        bad.write_bytes(raw[:200] + bytes(b ^ 0xFF for b in raw[200:400]) + raw[400:])
+    elif damage == "foreign-zip":
+        torch.save({"model": torch.nn.Linear(2, 2).state_dict()}, bad)
+    elif damage == "empty":
+        bad.write_bytes(b"")
+    else:
+        bad.write_text("weights = 1, 2, 3\n")
+    with pytest.raises(ckpt.CheckpointError) as err:
+        ckpt.load(bad, 1000)
+    assert "\n" not in str(err.value) and str(bad) in str(err.value)
+    state, skipped = ckpt.newest(tmp_path, 1000)  # a replacement falls back to the good one
+    assert state["version"] == 1 and len(skipped) == 1
+
+
+# ---- disk full: a tiny tmpfs
+@pytest.fixture
+def tiny_fs(tmp_path):
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0755", "tmpfs", str(mnt)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN): {proc.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def fill(folder: Path, leave: int) -> None:
+    """Fill the file system of ``folder`` until about ``leave`` bytes are free."""
+    st = os.statvfs(folder)
+    free = st.f_bavail * st.f_frsize
+    with open(folder / "filler", "wb") as fh:
+        try:
+            fh.write(b"\0" * max(0, free - leave))
+            fh.flush()
+            os.fsync(fh.fileno())
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+
+
+def test_disk_full_checkpoint_keeps_the_previous_one(tiny_fs):
+    from psmodes import checkpoint as ckpt
+
+    folder = tiny_fs / "checkpoints"
+    first = ckpt.save(folder, ckpt.make_state(torch.arange(100_000, dtype=torch.float32), None, 10, 0))  # ~400 KB
+    fill(tiny_fs, 100_000)
+    with pytest.raises(OSError) as err:
+        ckpt.save(folder, ckpt.make_state(torch.zeros(100_000), None, 20, 0))
+    assert err.value.errno == errno.ENOSPC
+    assert sorted(p.name for p in folder.iterdir()) == [first.name]  # no torn file, no temp left behind
+    assert ckpt.load(first, 100_000)["version"] == 10
+    # the PS's background writer reports the failure and keeps serving (it never wedges the PS)
+    failed, written = [], []
+    writer = ckpt.BackgroundWriter(folder, lambda v, p, s: written.append(v), on_failed=lambda v, e: failed.append(v))
+    writer.submit(ckpt.make_state(torch.zeros(100_000), None, 30, 0))
+    t0 = time.monotonic()
+    writer.submit(ckpt.make_state(torch.zeros(10), None, 31, 0))  # waits for the failed write to end
+    assert time.monotonic() - t0 < 5
+    writer.close(5)
+    assert failed == [30] and written == [31]
+    assert ckpt.newest(folder, 100_000)[0]["version"] == 10
+
+
+def test_disk_full_report_and_summary_keep_the_previous_ones(tiny_fs):
+    from launch.summary import write_summary
+    from psmodes.atomic import write_text_atomic
+
+    run = tiny_fs / "run"
+    run.mkdir()
+    old = {"completed": True, "note": "x" * 1000}
+    write_summary(run, old)
+    write_text_atomic(run / "report.md", "# old report\n")
+    fill(tiny_fs, 20_000)
+    with pytest.raises(OSError):
+        write_summary(run, {"completed": False, "note": "y" * 200_000})
+    with pytest.raises(OSError):
+        write_text_atomic(run / "report.md", "# new report\n" + "z" * 200_000)
+    assert json.loads((run / "summary.json").read_text()) == old
+    assert (run / "report.md").read_text() == "# old report\n"
+    assert sorted(p.name for p in run.iterdir()) == ["report.md", "summary.json"]
+
+
+# ---- 5. security basics
+def test_run_files_follow_the_umask_and_the_launcher_listens_nowhere(tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    launcher_listens: list = []
+    proc = subprocess.Popen([*PSBENCH, "run", "--quiet", "--out", str(out), *SYN, "--mode", "checkpoint",
+                             "--checkpoint-every", "20", "--duration", "6s"], cwd=ROOT, env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: os.umask(0o027))
+    try:
+        while proc.poll() is None:
+            try:  # the launcher (our code) opens no socket; the ranks' are Open MPI's own (see below)
+                launcher_listens += [c.laddr for c in psutil.Process(proc.pid).net_connections(kind="all")
+                                     if c.status == psutil.CONN_LISTEN]
+            except psutil.NoSuchProcess:
+                pass
+            time.sleep(0.3)
+    finally:
+        stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    assert (out / "summary.json").exists() and list((out / "checkpoints").glob("ckpt-*.pt"))
+    for path in [out, *out.rglob("*")]:
+        mode = path.stat().st_mode & 0o777
+        assert not mode & 0o007, f"{path} is {oct(mode)}: umask 027 gives no access to others"
+    assert not launcher_listens, launcher_listens
+
+
+def test_no_shell_strings_and_no_sockets_of_our_own():
+    """Sockets in a run are Open MPI's (its TCP transport and PMIx); psbench opens none and builds
+    no shell line from input (ssh's remote line is shlex-quoted argument by argument)."""
+    pattern = re.compile(r"shell\s*=\s*True|os\.system\(|os\.popen\(|subprocess\.getoutput|socket\.socket\(|"
+                         r"\.listen\(|socketserver|http\.server")
+    hits = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}"
+            for folder in ("psmodes", "launch", "benchmarks") for p in sorted((ROOT / folder).rglob("*.py"))
+            for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not hits, hits

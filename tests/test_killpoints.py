@@ -1,0 +1,188 @@
+"""The kill-point matrix: the PS (or its replacement) SIGKILLed at named points
+of its work, under real mpirun and ULFM.
+
+The PS stops itself at the point (``--kill-ps point:NAME``: the launcher exports
+``PSBENCH_KILL_POINT``; psmodes/killpoints.py records a ``killpoint`` event and
+SIGSTOPs the process) and the launcher SIGKILLs it there: no sleeping and
+hoping. Every case checks the mode's promise: the run completes, strict chain
+loses no acknowledged update, checkpoint loses at most 2K steps and every
+checkpoint on disk loads, stateless applies every buffered update exactly once.
+
+(a) apply (b) send_weights (c) checkpoint_write (d) chain_forward (e) replay
+(f) takeover: kill the replacement right after its first answer (g) two kills
+closer than the detection latency: chain head and tail 10 ms apart, or the PS and
+then its replacement as soon as it registers (``+0``).
+"""
+from __future__ import annotations
+
+import pytest
+
+from conftest import events, run_ok
+
+SYN = ["--benchmark", "synthetic", "--model-params", "200000", "--workers", "2", "--eval-interval", "1s",
+       "--restart-delay", "1s", "--duration", "8s", "--deadline", "120s"]
+K = 20
+MODE_ARGS = {
+    "checkpoint": ["--mode", "checkpoint", "--checkpoint-every", str(K)],
+    "chain": ["--mode", "chain", "--replicas", "2", "--replicate-every", "1"],
+    "stateless": ["--mode", "stateless", "--replay", "sequential"],
+}
+
+# (mode, case id, extra arguments, number of kills)
+CASES = [
+    ("checkpoint", "a-apply", ["--kill-ps", "point:apply@100"], 1),
+    ("checkpoint", "b-send_weights", ["--kill-ps", "point:send_weights@100"], 1),
+    ("checkpoint", "c-checkpoint_write", ["--kill-ps", "point:checkpoint_write@100"], 1),
+    ("checkpoint", "f-takeover", ["--kill-ps", "point:apply@100,point:takeover"], 2),
+    ("checkpoint", "g-replacement_at_once", ["--kill-ps", "point:apply@100,+0"], 2),
+    ("chain", "a-apply", ["--kill-ps", "point:apply@100"], 1),
+    ("chain", "b-send_weights", ["--kill-ps", "point:send_weights@100"], 1),
+    ("chain", "d-chain_forward", ["--kill-ps", "point:chain_forward@100"], 1),
+    ("chain", "f-takeover", ["--kill-ps", "point:apply@100,point:takeover"], 2),
+    ("chain", "g-head_and_tail_10ms", ["--kill-ps", "point:apply@100", "--kill-replica", "+10ms"], 2),
+    ("chain", "g-promoted_head_at_once", ["--kill-ps", "point:apply@100,+0"], 2),
+    ("stateless", "a-apply", ["--kill-ps", "point:apply@100"], 1),
+    ("stateless", "b-send_weights", ["--kill-ps", "point:send_weights@100"], 1),
+    ("stateless", "e-replay", ["--kill-ps", "point:apply@100,point:replay"], 2),
+    ("stateless", "f-takeover", ["--kill-ps", "point:apply@100,point:takeover"], 2),
+    ("stateless", "g-replacement_at_once", ["--kill-ps", "point:apply@100,+0"], 2),
+]
+ASYNC_CASES = [
+    ("checkpoint", "b-send_weights", ["--kill-ps", "point:send_weights@100"], 1),
+    pytest.param("chain", "a-apply", ["--kill-ps", "point:apply@100"], 1, marks=pytest.mark.xfail(
+        run=False, reason="known bug (issue #8 notes): async chain, head killed between the step and its "
+                          "replication: the promoted head's next replication to the tail never completes "
+                          "(PeerTimeout after 60 s, then the watchdog)")),
+    ("stateless", "e-replay", ["--kill-ps", "point:apply@100,point:replay"], 2),
+]
+
+
+def check_invariants(out, s, mode: str, n_kills: int) -> None:
+    kills = s["kills"]
+    assert len(kills) == n_kills, kills
+    assert len({k["pid"] for k in kills}) == n_kills, "a process was killed twice"
+    # every process that stopped at a kill point was killed there
+    stopped = {e["pid"] for e in events(out, "killpoint")}
+    assert stopped <= {k["pid"] for k in kills}, (stopped, kills)
+    assert s["recoveries"], "no recovery recorded"
+    assert s["final_accuracy"] is not None
+    if mode != "stateless":  # replaying stale updates may cost accuracy: that is what the study measures
+        assert s["final_accuracy"] > 0.3, s["final_accuracy"]
+    if mode == "chain":
+        assert all(r["lost_steps"] == 0 for r in s["recoveries"]), s["recoveries"]
+        for hello in events(out, "hello", "ps"):
+            if hello["leader_version"] >= 0 and hello.get("digest_at_leader_version") is not None:
+                detect = [d for d in events(out, "detect", "worker0")
+                          if d.get("version") == hello["leader_version"] and d["t"] < hello["t"]]
+                if detect:
+                    assert hello["digest_at_leader_version"] == detect[-1]["digest"]
+    if mode == "checkpoint":
+        from psmodes import checkpoint as ckpt
+
+        files = sorted((out / "checkpoints").glob("ckpt-*.pt"))
+        assert files
+        for path in files:
+            ckpt.load(path)  # raises CheckpointError if torn or foreign
+        assert all(r["lost_steps"] <= 2 * K for r in s["recoveries"]), s["recoveries"]
+    if mode == "stateless":
+        assert s["buffered_sent"] == s["buffered_applied"] > 0, (s["buffered_sent"], s["buffered_applied"])
+        handovers, replayed = events(out, "handover"), events(out, "replayed")
+        assert sum(h["buffered"] for h in handovers) == sum(r["applied"] for r in replayed)  # async: per worker
+
+
+@pytest.mark.parametrize("mode, case, args, n_kills", CASES, ids=[f"{m}-{c}" for m, c, _, _ in CASES])
+def test_kill_point(tmp_path, mode, case, args, n_kills):
+    out, s = run_ok(tmp_path, *SYN, *MODE_ARGS[mode], *args)
+    check_invariants(out, s, mode, n_kills)
+    # each point kill landed at its point, in order
+    points = [k["at"].split(":", 1)[1].partition("@")[0] for k in s["kills"] if k["at"].startswith("point:")]
+    wanted = [a.split(":", 1)[1].partition("@")[0] for spec in args[1::2] for a in spec.split(",")
+              if a.startswith("point:")]
+    assert points == wanted, (points, wanted)
+    assert [e["point"] for e in events(out, "killpoint")] == wanted
+    if case == "e-replay":
+        # the first replacement died while replaying: the next one replayed the whole buffer once
+        stop = [e for e in events(out, "killpoint") if e["point"] == "replay"]
+        assert stop and stop[0]["replayed"] == 1
+        assert len(events(out, "replayed")) == 1
+    if case.startswith("f-") or case == "g-replacement_at_once":
+        assert kills_generation(s)[1] >= 1 or mode == "chain", s["kills"]
+    if case == "g-head_and_tail_10ms":
+        # both dead before the survivors had seen the first death: one detection, one repair
+        gap = s["kills"][1]["t_s"] - s["kills"][0]["t_s"]
+        assert 0.01 <= gap < 0.1, gap
+
+
+@pytest.mark.parametrize("mode, case, args, n_kills", ASYNC_CASES,
+                         ids=["checkpoint-b-send_weights", "chain-a-apply", "stateless-e-replay"])
+def test_kill_point_async(tmp_path, mode, case, args, n_kills):
+    out, s = run_ok(tmp_path, *SYN, *MODE_ARGS[mode], "--consistency", "async", *args)
+    check_invariants(out, s, mode, n_kills)
+
+
+def test_kill_point_mode_none_fails_cleanly(tmp_path):
+    out, s = run_ok(tmp_path, *SYN, "--mode", "none", "--kill-ps", "point:apply@50", expect_complete=False)
+    assert not s["completed"] and len(s["kills"]) == 1
+    assert "PS died" in s["exit_reason"] or "mode none" in s["exit_reason"], s["exit_reason"]
+    assert s["wall_s"] < 40
+
+
+def kills_generation(s):
+    return [k.get("generation") or 0 for k in s["kills"]]
+
+
+def test_injector_kills_at_the_point_and_relative_kills_follow(tmp_path):
+    """The launcher's side without MPI: a process that stopped at a point is SIGKILLed, and a
+    +DUR kill takes the role's next live holder DUR after the previous kill."""
+    import json
+    import subprocess
+    import time
+
+    from launch.faults import Injector, parse_kills
+    from psmodes.events import EventLog
+
+    (tmp_path / "pids").mkdir()
+    first = subprocess.Popen(["sleep", "60"])
+    second = subprocess.Popen(["sleep", "60"])
+    try:
+        log = EventLog(tmp_path, "launcher")
+        inj = Injector(tmp_path, parse_kills(["point:apply,+20ms"], "ps"), log)
+        inj.poll(1.0, 5)
+        assert not inj.done  # a point kill is never due by time
+        inj.stopped_at({"point": "apply", "pid": first.pid, "host": "localhost", "version": 3})
+        assert first.wait(5) == -9 and len(inj.done) == 1 and inj.urgent()
+        (tmp_path / "pids" / "ps.json").write_text(json.dumps({"pid": second.pid, "host": "localhost"}))
+        inj.poll(1.0, 5)
+        assert second.poll() is None or time.time() - inj.done[0]["t_kill"] >= 0.02
+        deadline = time.time() + 5
+        while len(inj.done) < 2 and time.time() < deadline:
+            inj.poll(1.0, 5)
+            time.sleep(0.005)
+        assert second.wait(5) == -9
+        assert inj.done[1]["t_kill"] - inj.done[0]["t_kill"] >= 0.02
+        assert [k["at"] for k in inj.done] == ["point:apply", "+20ms"] and not inj.points
+    finally:
+        for p in (first, second):
+            p.kill()
+            p.wait()
+
+
+def test_killpoint_fires_once_per_listed_entry(tmp_path, monkeypatch):
+    """reached(): each listed entry fires once per run (marker files), whoever reaches it."""
+    import signal
+    from types import SimpleNamespace
+
+    from psmodes import killpoints
+
+    stops = []
+    monkeypatch.setattr(killpoints, "_ARMED", killpoints.armed_from_env("apply,apply,takeover"))
+    monkeypatch.setattr(killpoints.os, "kill", lambda pid, sig: stops.append(sig))
+    emitted = []
+    ctx = SimpleNamespace(cfg=SimpleNamespace(run_dir=str(tmp_path)),
+                          cluster=SimpleNamespace(me=SimpleNamespace(label="ps"), generation=0),
+                          log=SimpleNamespace(emit=lambda ev, **f: emitted.append((ev, f))))
+    assert not killpoints.reached("send_weights", ctx)
+    assert [killpoints.reached("apply", ctx) for _ in range(3)] == [True, True, False]
+    assert killpoints.reached("takeover", ctx) and not killpoints.reached("takeover", ctx)
+    assert stops == [signal.SIGSTOP] * 3
+    assert [f["nth"] for ev, f in emitted] == [1, 2, 1] and all(ev == "killpoint" for ev, _ in emitted)
