@@ -60,3 +60,14 @@ def test_job_restart_after_a_ps_kill(tmp_path, ulfm):
         assert s["detections"][0]["who"] in ("launcher", "worker0")
     starts = [e for e in events(out, "start") if e["who"] == "ps"]
     assert len(starts) == 2  # the event logs of both jobs are kept (appended)
+
+
+def test_hosts_with_oversubscribe_place_ranks_and_survive_a_ps_kill(tmp_path):
+    """--hosts with fewer slots than ranks and --oversubscribe: mpirun gets the placement as a
+    sequential map (seq:file=rankmap:OVERSUBSCRIBE) and still spawns the replacement PS."""
+    out, s = run_ok(tmp_path, *SYN, "--hosts", "localhost:2", "--oversubscribe", "--mode", "checkpoint",
+                    "--checkpoint-every", "10", "--steps", "60", "--kill-ps", "step:20")
+    command = (out / "command.txt").read_text()
+    assert "--hostfile" in command and ":OVERSUBSCRIBE" in command and "seq:file=" in command
+    assert (out / "rankmap").read_text().splitlines() == ["localhost"] * 4
+    assert len(s["kills"]) == 1 and len(s["recoveries"]) == 1
