@@ -6,7 +6,8 @@ The replacement PS is spawned on the first host (``nodea:4,nodeb:1``: the only f
 slot is there). Spawning it on the ssh-launched host failed here (Open MPI 5.0.11,
 ULFM): the child died in MPI_Init_thread with "OPAL ERROR: Not supported in
 ompi/dpm/dpm.c at line 406" and the parents' MPI_Comm_spawn_multiple reported
-"Underlying runtime environment does not support spawn functionality"."""
+"Underlying runtime environment does not support spawn functionality", while a plain
+MPI_Comm_spawn onto that host (no death before it) worked, with and without ULFM."""
 from __future__ import annotations
 
 import json
