@@ -53,7 +53,12 @@ def write_run_report(run_dir: str | Path) -> Path:
         "status": status,
         "final accuracy": summary["final_accuracy"],
         "PS steps": summary["steps"],
+        "consistency": summary.get("consistency", "sync"),
         "samples/s": summary["samples_per_s"],
+        "samples/s per worker": summary.get("per_worker_samples_per_s"),
+        "staleness mean / p99 / max": (f"{summary['staleness_mean']} / {summary['staleness_p99']} / "
+                                       f"{summary['staleness_max']}" if summary.get("staleness_mean") is not None
+                                       else None),
         "training seconds": summary["train_s"],
         "kills": len(summary["kills"]),
     }

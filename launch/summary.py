@@ -129,7 +129,7 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
         "per_worker_samples_per_s": [round(x, 2) if x else None for x in per_worker],
         "staleness_hist": {str(k): v for k, v in sorted(Counter(staleness).items())},
         "staleness_mean": round(float(np.mean(staleness)), 4) if staleness else None,
-        "staleness_p99": float(np.percentile(staleness, 99)) if staleness else None,
+        "staleness_p99": round(float(np.percentile(staleness, 99)), 2) if staleness else None,
         "staleness_max": max(staleness) if staleness else None,
         "worker_steps": len(steps),
         "train_s": round(steps[-1]["t"] - t0, 3) if steps else None,
