@@ -17,6 +17,7 @@ offset so that latencies across hosts can be corrected (``summary.json``:
 """
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -36,8 +37,12 @@ class KillPoint:
     at_s: float | None   # seconds since train start
     at_step: int | None  # PS version
     spec: str
+    point: str | None = None      # point:NAME, a test-only kill point (psmodes/killpoints.py)
+    after_s: float | None = None  # +DUR: this long after the previous kill (the target's next live holder)
 
     def due(self, elapsed: float | None, step: int | None) -> bool:
+        if self.point is not None or self.after_s is not None:
+            return False  # reached through the rank's killpoint event / the previous kill
         if self.at_s is not None:
             return elapsed is not None and elapsed >= self.at_s
         return step is not None and step >= self.at_step
@@ -48,7 +53,14 @@ _PERCENT = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)\s*%$")
 
 
 def parse_kills(specs: list[str], target: str, duration_s: float | None = None) -> list[KillPoint]:
-    """Kill points of ``--kill-ps``/``--kill-replica``; ``duration_s`` resolves ``N%``."""
+    """Kill points of ``--kill-ps``/``--kill-replica``; ``duration_s`` resolves ``N%``.
+
+    Test hooks: ``point:NAME`` kills the process that stops at the named point
+    (psmodes/killpoints.py); ``+DUR`` (``+10ms``, ``+0``) kills the target's live
+    holder DUR after the previous kill, at once if it is up, else as soon as it
+    registers (a replacement)."""
+    from psmodes.killpoints import POINTS
+
     points = []
     for spec in specs:
         for part in str(spec).split(","):
@@ -56,7 +68,24 @@ def parse_kills(specs: list[str], target: str, duration_s: float | None = None) 
             if not part:
                 continue
             m = _STEP.match(part)
-            if m:
+            if part.startswith("point:"):
+                name, _, from_version = part[len("point:"):].partition("@")
+                if _ and not from_version.isdigit():
+                    raise ConfigError(f"kill point {part!r}: write point:NAME@N with N a PS version (a whole number)")
+                if target != "ps":
+                    raise ConfigError(f"kill point {part!r}: the named points are reached by the PS; "
+                                      "give them to --kill-ps")
+                if name not in POINTS:
+                    close = difflib.get_close_matches(name, POINTS, n=1)
+                    hint = f" (did you mean point:{close[0]}?)" if close else ""
+                    raise ConfigError(f"kill point {part!r}: unknown point{hint}; choose one of: "
+                                      + ", ".join(f"point:{p}" for p in POINTS))
+                points.append(KillPoint(target, None, None, part, point=part[len("point:"):]))
+            elif part.startswith("+"):
+                rest = part[1:].strip()
+                after = 0.0 if rest in ("0", "0s", "0ms") else parse_duration(rest, f"kill point {part!r}")
+                points.append(KillPoint(target, None, None, part, after_s=after))
+            elif m:
                 points.append(KillPoint(target, None, int(m.group(1)), part))
             elif part.startswith("step:"):
                 raise ConfigError(f"kill point {part!r}: write step:N with N a whole number")
@@ -71,6 +100,23 @@ def parse_kills(specs: list[str], target: str, duration_s: float | None = None) 
             else:
                 points.append(KillPoint(target, parse_duration(part, f"kill point {part!r}"), None, part))
     return points
+
+
+def kill_point_env(cfg) -> dict[str, str]:
+    """``PSBENCH_KILL_POINT`` for the ranks: the point:NAME kills of the run, in order."""
+    from psmodes.killpoints import ENV
+
+    names = [p.point for p in parse_kills(list(cfg.kill_ps), "ps", cfg.duration_s) if p.point]
+    return {ENV: ",".join(names)} if names else {}
+
+
+def with_kill_points(cmd: list[str], cfg) -> list[str]:
+    """mpirun: forward ``PSBENCH_KILL_POINT`` to every rank (``-x``), also on other hosts."""
+    from psmodes.killpoints import ENV
+
+    if not kill_point_env(cfg) or cfg.launcher != "mpirun":
+        return cmd
+    return [cmd[0], "-x", ENV, *cmd[1:]]
 
 
 def read_pid_file(run_dir: Path, role: str) -> dict | None:
@@ -240,11 +286,31 @@ class Injector:
         self.killed: set[tuple[int, str]] = set()
         self.done: list[dict] = []
 
+    def urgent(self) -> bool:
+        """A relative kill (+DUR) is next: the launcher's loop polls fast."""
+        return bool(self.points) and self.points[0].after_s is not None and bool(self.done)
+
+    def stopped_at(self, event: dict) -> None:
+        """A rank stopped itself at a kill point (its ``killpoint`` event): SIGKILL it there."""
+        match = next((p for p in self.points if p.point and p.point.partition("@")[0] == event.get("point")), None)
+        if match is None:  # not asked for (cannot happen: the launcher arms only its points); never leave it stopped
+            match = KillPoint(event.get("role", "ps"), None, None, f"point:{event.get('point')}", point=event.get("point"))
+        else:
+            self.points.remove(match)
+        info = {"pid": event["pid"], "host": event.get("host") or "localhost", "rank": None,
+                "generation": event.get("generation")}
+        self._kill(info, match, None, event.get("version"), extra={"point": event.get("point")})
+
     def poll(self, elapsed: float | None, step: int | None) -> None:
         """Called by the launcher's loop; fires at most the next due kill."""
-        if not self.points or not self.points[0].due(elapsed, step):
+        if not self.points:
             return
         point = self.points[0]
+        if point.after_s is not None:
+            if not self.done or time.time() - self.done[-1]["t_kill"] < point.after_s:
+                return
+        elif not point.due(elapsed, step):
+            return
         info = read_pid_file(self.run_dir, point.target)
         from .hosts import is_local
 
@@ -252,6 +318,10 @@ class Injector:
                 is_local(info["host"]) and not alive(int(info["pid"]))):  # a remote pid cannot be checked here
             return  # no live target yet (e.g. the replacement is still starting): try again next poll
         self.points.pop(0)
+        self._kill(info, point, elapsed, step)
+
+    def _kill(self, info: dict, point: KillPoint, elapsed: float | None, step: int | None,
+              extra: dict | None = None) -> None:
         t = time.time()
         try:
             how = sigkill(info, self.kill_via)
@@ -264,7 +334,7 @@ class Injector:
         # PS host's clock when it was carried out (t_remote) and the round trip
         rec = self.log.emit("kill", t_kill=t, pid=info["pid"], host=info["host"], role=point.target,
                             rank=info.get("rank"), generation=info.get("generation"), at=point.spec,
-                            elapsed_s=elapsed, step=step, signal="SIGKILL", **how)
+                            elapsed_s=elapsed, step=step, signal="SIGKILL", **how, **(extra or {}))
         self.done.append(rec)
 
     def finish(self) -> None:

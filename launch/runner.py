@@ -28,7 +28,7 @@ from psmodes.atomic import write_text_atomic
 from psmodes.config import RunConfig
 from psmodes.events import EventLog
 
-from .faults import Injector, parse_kills
+from .faults import Injector, kill_point_env, parse_kills, with_kill_points
 from .faults import close_ssh_masters, kill_route
 from .hosts import placement_of
 from .mpirun import launch_command, mpirun_env
@@ -116,11 +116,12 @@ def run_job(cfg: RunConfig, quiet: bool = False, tick=None) -> dict:
     placement.write(run_dir)
     if not quiet and (cfg.hosts or placement.notes):
         print(placement.table(), file=sys.stderr, flush=True)
-    cmd = launch_command(cfg)
+    cmd = with_kill_points(launch_command(cfg), cfg)
     (run_dir / "command.txt").write_text(shlex.join(cmd) + "\n")
     log = EventLog(run_dir, "launcher")
     points = parse_kills(cfg.kill_ps, "ps", cfg.duration_s) + sorted(
         parse_kills(cfg.kill_replica, f"replica{cfg.replicas}", cfg.duration_s), key=lambda p: (p.at_s or 0, p.at_step or 0))
+    points += parse_kills(cfg.kill_worker, f"worker{cfg.workers - 1}", cfg.duration_s)
     points.sort(key=lambda p: (p.at_s if p.at_s is not None else float("inf"), p.at_step or 0))
     injector = Injector(run_dir, points, log, cfg.kill_via)
     deadline = cfg.resolved_deadline()
@@ -177,7 +178,7 @@ def start(cmd: list[str], run_dir: Path, cfg: RunConfig, attempt: int) -> subpro
         if attempt:
             out.write(f"\n==== psbench: restart {attempt} ====\n".encode())
             out.flush()
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=mpirun_env(cfg),
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**mpirun_env(cfg), **kill_point_env(cfg)},
                                 start_new_session=True, stdin=subprocess.DEVNULL,
                                 preexec_fn=_die_with(os.getpid()))
 
@@ -211,6 +212,8 @@ class Watch:
                 self.failed_at = time.time()
             elif e["ev"] == "done" and e["who"] == "worker0" and e.get("completed"):
                 self.finished = True
+            elif e["ev"] == "killpoint":  # a rank stopped itself at a test kill point: kill it there
+                self.injector.stopped_at(e)
             self.progress.event(e)
         elapsed = time.time() - self.t0 if self.t0 else None
         self.injector.poll(elapsed, self.step)
@@ -235,8 +238,16 @@ class Watch:
             grace = RESTART_GRACE_S if self.cfg.recovery == "job-restart" else FAILED_GRACE_S
             if self.failed_at and time.time() - self.failed_at > grace:
                 return  # the reason is taken from the failure event in the summary
-            time.sleep(0.1)
+            self._pause()
         self._poll()
+
+    def _pause(self, seconds: float = 0.1) -> None:
+        """Between polls; a pending relative kill (+10ms) is polled every 5 ms meanwhile."""
+        end = time.monotonic() + seconds
+        while self.injector.urgent() and time.monotonic() < end:
+            self.injector.poll(time.time() - self.t0 if self.t0 else None, self.step)
+            time.sleep(0.005)
+        time.sleep(max(0.0, end - time.monotonic()))
 
     def sleep(self, seconds: float) -> bool:
         """The restart delay, watching the clock; False if the deadline passed meanwhile."""
