@@ -87,7 +87,9 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
         # each worker's first recovery after this kill (sync: only the leader's)
         mine = {}
         for j, r in enumerate(recovered):
-            if j not in used and r["t"] >= tk and r["who"] not in mine:
+            # a recovery belongs to the last kill before it (a replacement killed before it took
+            # over merges two kills into one outage, recovered after the second)
+            if j not in used and tk <= r["t"] < t_next and r["who"] not in mine:
                 used.add(j)
                 mine[r["who"]] = r
         if mine:

@@ -101,4 +101,6 @@ def test_bounded_stateless_replay_policies(tmp_path, replay):
 def test_async_two_kills(tmp_path, mode):
     out, s = run_ok(tmp_path, *SYN, "--consistency", "async", "--mode", mode, "--duration", "22s",
                     "--kill-ps", "4s,13s")
-    assert len(s["kills"]) == 2 and len(s["recoveries"]) == 2, s["recoveries"]
+    assert len(s["kills"]) == 2 and s["completed"]
+    # two outages, or one when the second kill hit the replacement before it took over (a loaded machine)
+    assert s["recoveries"] and s["recoveries"][-1]["kill"] == 1, s["recoveries"]
