@@ -71,9 +71,10 @@ def test_command_line_fixes_an_option_for_every_run(tmp_path):
     assert all("-sync-s" in ln for ln in lines)  # names keep the fixed grid key: same dirs as the full sweep
     assert sum("--kill-ps=33%,67%" in ln for ln in lines) == 6
     assert not out.exists()
-    full = psbench("sweep", "benchmarks/sweeps/paper.toml", "--dry-run")
+    # own --out: a finished `make paper` in runs/sweeps/paper would list its runs as finished
+    full = psbench("sweep", "benchmarks/sweeps/paper.toml", "--dry-run", "--out", str(tmp_path / "full"))
     assert full.returncode == 0 and sum(ln.startswith("to run") for ln in full.stdout.splitlines()) == 54
-    demo = psbench("sweep", "benchmarks/sweeps/demo.toml", "--dry-run")
+    demo = psbench("sweep", "benchmarks/sweeps/demo.toml", "--dry-run", "--out", str(tmp_path / "demo"))
     assert demo.returncode == 0
     modes = {m for ln in demo.stdout.splitlines() for m in ("none", "checkpoint", "chain", "stateless")
              if f"--mode={m} " in ln}
