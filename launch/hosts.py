@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from psmodes.config import ConfigError
+from psmodes.config import ConfigError, read_user_file
 
 LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
 
@@ -60,12 +60,7 @@ def _check_name(name: str, where: str) -> str:
 def parse_hostfile(path: str | Path) -> list[Host]:
     """Hosts of an Open MPI hostfile; ConfigError (one line) when it is missing, malformed or has no slots."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ConfigError(f"hostfile {path} does not exist") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read hostfile {path}: {exc}") from None
+    text = read_user_file(path, "hostfile", f"hostfile {path} does not exist")
     hosts: list[Host] = []
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from psmodes.atomic import write_text_atomic
-from psmodes.config import ConfigError, RunConfig
+from psmodes.config import ConfigError, RunConfig, read_user_file
 
 from . import naming
 
@@ -201,12 +201,7 @@ def load(path: str | Path, overrides: dict | None = None, seeds: list[int] | Non
     from .cli import config_from_args, resolve_data
 
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ConfigError(f"sweep file {path} not found (the examples are in benchmarks/sweeps/)") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read sweep file {path}: {exc}") from None
+    text = read_user_file(path, "sweep file", f"sweep file {path} not found (the examples are in benchmarks/sweeps/)")
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -26,6 +26,16 @@ class ConfigError(ValueError):
     """Bad user input; the message is one line that says what to fix."""
 
 
+def read_user_file(path, what: str, missing: str) -> str:
+    """The text of a file the user named; ConfigError (one line) when it is missing or unreadable."""
+    try:
+        return Path(path).read_text()
+    except FileNotFoundError:
+        raise ConfigError(missing) from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc}") from None
+
+
 _DURATION = re.compile(r"^\s*(-?(?:\d+(?:\.\d*)?|\.\d+))\s*(ms|s|m|min|h)?\s*$")
 _UNITS = {None: 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "min": 60.0, "h": 3600.0}
 
