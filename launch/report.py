@@ -145,6 +145,17 @@ def _signed(x: float) -> str:
     return "0.000" if text in ("+0.000", "-0.000") else text
 
 
+def _leader(cands, key: str, claim: str) -> list[str]:
+    """One finding: the best configuration by ``key`` (``claim`` takes its figure) against the runner-up."""
+    ranked = _best(cands, key)
+    if not ranked:
+        return []
+    text = f"**{ranked[0].label}** " + claim.format(fmt_est(key, ranked[0].estimates[key]))
+    if len(ranked) > 1:
+        text += "; " + _versus(ranked[0], ranked[1], key)
+    return [text + "."]
+
+
 def findings(aggs: list[ConfigAggregate], target: float) -> list[str]:
     """Sentences generated from the numbers: per group of configurations that differ only
     in their mode, who reached the target first, who lost least accuracy, who recovered
@@ -199,27 +210,9 @@ def findings(aggs: list[ConfigAggregate], target: float) -> list[str]:
                          f"{sig_phrase(test)}")
             lines.append(text + ".")
         else:
-            ranked = _best(cands, "final_accuracy")
-            if ranked:
-                text = (f"**{ranked[0].label}** ended with the highest final accuracy "
-                        f"({fmt_est('final_accuracy', ranked[0].estimates['final_accuracy'])})")
-                if len(ranked) > 1:
-                    text += "; " + _versus(ranked[0], ranked[1], "final_accuracy")
-                lines.append(text + ".")
-        ranked = _best(cands, "recovery_s")
-        if ranked:
-            text = (f"**{ranked[0].label}** recovered fastest "
-                    f"({fmt_est('recovery_s', ranked[0].estimates['recovery_s'])} s from kill to the first new update)")
-            if len(ranked) > 1:
-                text += "; " + _versus(ranked[0], ranked[1], "recovery_s")
-            lines.append(text + ".")
-        ranked = _best(cands, "samples_per_s")
-        if ranked:
-            text = (f"**{ranked[0].label}** trained fastest "
-                    f"({fmt_est('samples_per_s', ranked[0].estimates['samples_per_s'])} samples/s)")
-            if len(ranked) > 1:
-                text += "; " + _versus(ranked[0], ranked[1], "samples_per_s")
-            lines.append(text + ".")
+            lines += _leader(cands, "final_accuracy", "ended with the highest final accuracy ({})")
+        lines += _leader(cands, "recovery_s", "recovered fastest ({} s from kill to the first new update)")
+        lines += _leader(cands, "samples_per_s", "trained fastest ({} samples/s)")
         out.append(f"- {name}:\n" + "\n".join(f"  - {ln}" for ln in lines))
     if not out:  # nothing to compare: state each configuration's own figures
         for a in aggs:
