@@ -26,7 +26,7 @@ from mpi4py import MPI
 
 from . import transport as tp
 from .async_server import staleness_lr_scale
-from .context import ACTION_NONE, RespawnNow, no_repair
+from .context import RespawnNow, no_repair
 from .flatparams import digest
 from .replay import POLICY_CODES, UpdateBuffer
 from .sgd import FlatSGD
@@ -44,8 +44,7 @@ class AsyncWorker(Worker):
         while self.state == RUNNING:
             self._guarded(self._iteration)
         self._join_repair()
-        if self.leader and self.repair_due is not None:
-            ctx.announce(ACTION_NONE)  # complete the survivors' pending wait for a repair
+        self._end_pending_repair()
         ctx.log.emit("done", completed=self.state == DONE, version=self.version)
 
     def _guarded(self, step) -> None:
