@@ -123,18 +123,11 @@ class AsyncWorker(Worker):
                         POLICY_CODES[cfg.replay], len(vectors), self.index)
         tp.send(c.world, hdr, None, c.ps, tp.TAG_TO_PS, ctx.peer_timeout, "worker says hello", on_idle=ctx.idle)
         if handover:
-            reqs = [c.world.Isend(self.weights_in, c.ps, tp.TAG_HANDOVER)]
-            reqs += [c.world.Isend(v.numpy(), c.ps, tp.TAG_HANDOVER) for v in vectors]
-            tp.wait(reqs, ctx.peer_timeout, "hand-over to the replacement PS")
-            handover_s = time.perf_counter() - t_connect
+            handover_s = self._send_handover(vectors, t_connect)
         version_before = self.version
         reply = self._receive_weights(ctx.outage_timeout, "worker waits for the PS")
-        if handover:  # applied: the replacement answered; until then the buffer is kept (see worker.py)
-            ctx.log.emit("handover", buffered=buf.count, dropped=buf.dropped, policy=cfg.replay,
-                         staleness=buf.staleness, vectors=len(vectors), seconds=handover_s)
-            self.outage["buffered"] = self.outage.get("buffered", 0) + buf.count
-            self.outage["dropped"] = self.outage.get("dropped", 0) + buf.dropped
-            self.buffer, self.local_opt = None, None  # handed over: never sent twice
+        if handover:
+            self._handed_over(len(vectors), handover_s)
         self.pending = False
         self.ps_up = True
         if self.outage is not None:

@@ -356,23 +356,11 @@ class Worker:
         if pending and not handover:
             tp.wait(c.world.Isend(self.grad_host.numpy(), c.ps, tp.TAG_TO_PS), ctx.peer_timeout, "re-send gradient")
         if handover:
-            t_handover = time.perf_counter()
-            # the frozen last weights, or (local) the workers' stepped copy: both are weights_in
-            reqs = [c.world.Isend(self.weights_in, c.ps, tp.TAG_HANDOVER)]
-            reqs += [c.world.Isend(v.numpy(), c.ps, tp.TAG_HANDOVER) for v in vectors]
-            tp.wait(reqs, ctx.peer_timeout, "hand-over to the replacement PS")
-            handover_s = time.perf_counter() - t_handover
+            handover_s = self._send_handover(vectors, time.perf_counter())
         hdr, _ = tp.recv_header(c.world, MPI.ANY_SOURCE, tp.TAG_FROM_PS, ctx.outage_timeout, "leader waits for the PS")
         self._recv_weights()
         if handover:
-            # applied: the replacement answered. Until then the buffer is kept, so a replacement
-            # that dies while replaying it gets it replayed by the next one (exactly once)
-            ctx.log.emit("handover", buffered=buf.count, dropped=buf.dropped, policy=cfg.replay,
-                         staleness=buf.staleness, vectors=len(vectors), seconds=handover_s)
-            if self.outage is not None:
-                self.outage["buffered"] = self.outage.get("buffered", 0) + buf.count
-                self.outage["dropped"] = self.outage.get("dropped", 0) + buf.dropped
-            self.buffer, self.local_opt = None, None  # handed over: never sent twice
+            self._handed_over(len(vectors), handover_s)
         self.version, self.t0_ms = int(hdr[1]), int(hdr[3])
         self.pending = False
         self.ps_up = True
@@ -380,6 +368,26 @@ class Worker:
             self.outage["lost_steps"] = max(0, self.outage["version"] - self.version) if not handover else 0
         ctx.log.emit("connected", version=self.version, generation=c.generation)
         return bool(hdr[2])
+
+    def _send_handover(self, vectors: list, t_start: float) -> float:
+        """stateless: the weights and the buffered updates to the replacement PS; seconds since t_start."""
+        c, ctx = self.ctx.cluster, self.ctx
+        # the frozen last weights, or (local) the workers' stepped copy: both are weights_in
+        reqs = [c.world.Isend(self.weights_in, c.ps, tp.TAG_HANDOVER)]
+        reqs += [c.world.Isend(v.numpy(), c.ps, tp.TAG_HANDOVER) for v in vectors]
+        tp.wait(reqs, ctx.peer_timeout, "hand-over to the replacement PS")
+        return time.perf_counter() - t_start
+
+    def _handed_over(self, n_vectors: int, seconds: float) -> None:
+        """The replacement answered, so it applied the buffer. Until then the buffer is kept, so a
+        replacement that dies while replaying it gets it replayed by the next one (exactly once)."""
+        buf, cfg = self.buffer, self.ctx.cfg
+        self.ctx.log.emit("handover", buffered=buf.count, dropped=buf.dropped, policy=cfg.replay,
+                          staleness=buf.staleness, vectors=n_vectors, seconds=seconds)
+        if self.outage is not None:
+            self.outage["buffered"] = self.outage.get("buffered", 0) + buf.count
+            self.outage["dropped"] = self.outage.get("dropped", 0) + buf.dropped
+        self.buffer, self.local_opt = None, None  # handed over: never sent twice
 
     # Worker idle time during an outage, measured where the workers block: the
     # exchange that hung until the death was detected, the repair steps (shrink,
