@@ -47,7 +47,8 @@ from pathlib import Path
 from psmodes.config import MODES, REPLAY_POLICIES, ConfigError, RunConfig, parse_duration
 
 ACCURACY_TOLERANCE = 0.05
-KEEPS_STATE = ("checkpoint", "chain")  # modes whose accuracy after recovery must match before the kill
+KEEPS_STATE = ("checkpoint", "chain")
+  # modes whose accuracy after recovery must match before the kill
 
 
 def add_chaos_parser(sub) -> None:
@@ -244,12 +245,13 @@ def leftover_processes(run_dir: Path, grace_s: float = 5.0) -> list[int]:
 
 # ---- the command
 def cmd_chaos(a: argparse.Namespace) -> int:
-    from .runner import run_job
+    from .runner import INTERRUPTED, run_job
 
     configs = plan_trials(a)
     out = Path(configs[0].run_dir).parent.parent
     out.mkdir(parents=True, exist_ok=True)
     results = []
+    interrupted = False
     for n, cfg in enumerate(configs, start=1):
         t0 = time.time()
         summary, crash = None, None
@@ -258,6 +260,12 @@ def cmd_chaos(a: argparse.Namespace) -> int:
         except Exception as exc:  # noqa: BLE001 - a launcher crash is a finding, not the end of the trials
             crash = f"launcher: {type(exc).__name__}: {exc}"
         wall = time.time() - t0
+        if summary is not None and summary.get("exit_reason") == INTERRUPTED:
+            # Ctrl-C (or SIGTERM) ends the trials, not just the one running: it is not counted
+            print(f"psbench chaos: interrupted during {cfg.mode}/{Path(cfg.run_dir).name}; "
+                  f"{len(results)} trial(s) finished", file=sys.stderr, flush=True)
+            interrupted = True
+            break
         bad = check_trial(cfg, summary, wall, a.tolerance)
         if crash:
             bad.insert(0, crash)
@@ -283,7 +291,7 @@ def cmd_chaos(a: argparse.Namespace) -> int:
     for mode, trial, v in violations:
         print(f"VIOLATION {mode}/{trial}: {v}")
     print(f"trials: {out}")
-    return 1 if violations else 0
+    return 1 if violations else (130 if interrupted else 0)
 
 
 def _params(cfg: RunConfig) -> str:

@@ -101,6 +101,9 @@ def measure_offsets(cfg: RunConfig, placement, log) -> None:
         log.emit("clock_offsets", offsets=offsets)
 
 
+INTERRUPTED = "interrupted by the user"  # the exit reason of a run stopped by SIGINT/SIGTERM
+
+
 def run_job(cfg: RunConfig, quiet: bool = False, tick=None) -> dict:
     """Runs the job of ``cfg`` to its end and returns its summary. ``tick(elapsed_s,
     ps_step)`` is called about ten times a second (a sweep's progress bar).
@@ -154,7 +157,7 @@ def run_job(cfg: RunConfig, quiet: bool = False, tick=None) -> dict:
                 progress._write(f"[launcher] restart {attempt}: the job ended after the PS was killed; "
                                 "resuming from the newest checkpoint")
     except KeyboardInterrupt:
-        watch.exit_reason = "interrupted by the user"
+        watch.exit_reason = INTERRUPTED
     finally:
         if proc is not None:
             stop_group(proc)

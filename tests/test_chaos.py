@@ -100,3 +100,33 @@ def test_chaos_short_real_trials(tmp_path):
     assert "invariant violations" in proc.stdout and "slowest recovery" in proc.stdout
     trials = json.loads((out / "chaos.json").read_text())["trials"]
     assert len(trials) == 6 and all(not t["violations"] for t in trials)
+
+
+def test_ctrl_c_ends_the_trials_not_just_one(tmp_path):
+    """SIGINT during a trial stops chaos (exit 130) and takes that trial's MPI job down;
+    the trials finished before it stay in chaos.json."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+
+    out = tmp_path / "chaos"
+    proc = subprocess.Popen([sys.executable, "-m", "launch.cli", "chaos", "--mode", "chain", "--trials", "3",
+                             "--duration", "20s", "--out", str(out)], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list(out.glob("chain/trial-000/events/worker0.jsonl")) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stdout + stderr
+    assert "interrupted during chain/trial-000" in stderr
+    assert not (out / "chain" / "trial-001").exists()
+    from launch.chaos import leftover_processes
+
+    assert leftover_processes((out / "chain" / "trial-000").resolve()) == []
