@@ -3,7 +3,7 @@ VENV ?= .venv
 PSBENCH = $(VENV)/bin/psbench
 PYTEST_ARGS ?=
 
-.PHONY: setup demo paper test test-quick doctor clean
+.PHONY: setup demo paper perf test test-quick doctor clean
 
 setup:
 	bash scripts/setup.sh
@@ -16,6 +16,9 @@ demo: setup
 
 paper: setup
 	$(PSBENCH) sweep benchmarks/sweeps/paper.toml
+
+perf: setup
+	$(PSBENCH) perf
 
 test: setup
 	$(VENV)/bin/python -m pytest -v -rs $(PYTEST_ARGS)

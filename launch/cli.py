@@ -8,6 +8,7 @@
     psbench report RUN_OR_SWEEP_DIR [--target 0.70] [--out DIR]
     psbench compare A B              # two report dirs, sweep dirs, run dirs or summary.json files
     psbench chaos --mode chain --trials 20 --seed 1   # randomised kills, invariants checked per trial
+    psbench perf [--quick]           # what each mode costs, side by side: reports/perf/report.md
     psbench doctor                   # is this machine ready?
 
 Every option is validated before any process starts; bad input gets one line
@@ -81,6 +82,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     r.add_argument("--replicate-every", type=int, default=1, help="chain mode: K (1 = strict)")
     r.add_argument("--restart-delay", default="10s", help="time before a replacement is spawned")
     r.add_argument("--replay", default="paper", help=f"stateless mode: {', '.join(REPLAY_POLICIES)}")
+    r.add_argument("--max-buffered", type=int, default=256,
+                   help="stateless, replay sequential or staleness: gradients kept while the PS is down "
+                        "(each one model-sized; later ones are counted as dropped)")
     r.add_argument("--kill-ps", action="append", default=[], metavar="AT[,AT...]",
                    help="SIGKILL the PS at a time since training started (20s) or a PS step (step:800)")
     r.add_argument("--kill-replica", action="append", default=[], metavar="AT[,AT...]",
@@ -126,7 +130,7 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
         eval_interval_s=parse_duration(a.eval_interval, "--eval-interval"), eval_samples=a.eval_samples,
         checkpoint_every=a.checkpoint_every, checkpoint_sync=a.checkpoint_sync, replicas=a.replicas, replicate_every=a.replicate_every,
         restart_delay_s=0.0 if str(a.restart_delay).strip() in ("0", "0s") else parse_duration(a.restart_delay, "--restart-delay"),
-        replay=a.replay, kill_ps=list(a.kill_ps), kill_replica=list(a.kill_replica),
+        replay=a.replay, max_buffered=a.max_buffered, kill_ps=list(a.kill_ps), kill_replica=list(a.kill_replica),
         kill_worker=list(a.kill_worker),
         peer_timeout_s=parse_duration(a.peer_timeout, "--peer-timeout"),
         deadline_s=parse_duration(a.deadline, "--deadline") if a.deadline else None,
@@ -231,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--out", help="also write the Markdown to this file")
     sub.add_parser("slurm", help="a Slurm batch script for a run or a sweep (--array: a job array), "
                                  "optionally submitted", add_help=False)
+    from .perf import add_perf_parser
+
+    add_perf_parser(sub)
     doctor = sub.add_parser("doctor", help="check torch, MPI/ULFM, Horovod and the data")
     doctor.add_argument("--data-dir")
     return parser
@@ -325,6 +332,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_chaos(a)
         if a.command == "compare":
             return cmd_compare(a)
+        if a.command == "perf":
+            from .perf import cmd_perf
+
+            return cmd_perf(a)
         if a.command == "doctor":
             from .doctor import check
 

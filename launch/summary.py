@@ -11,7 +11,9 @@ updates have staleness 0), ``staleness_mean``, ``staleness_p99``,
 ``lost_steps``, ``idle_s``, ``buffered_updates``; under async every worker
 recovers on its own: recovery_s to the first worker's applied step, the
 largest lost_steps, the mean idle_s, the sum of buffered updates), plus a few
-extras: ``recovery``, ``restarts`` (``--recovery job-restart``: the launcher's
+extras: ``usage`` (per process: CPU seconds, wall seconds, their ratio
+``cpu_frac``, peak RSS in MiB), ``ps_timing`` (the PS's median seconds per
+update: receive, apply, after (replicate/checkpoint), send), ``recovery``, ``restarts`` (``--recovery job-restart``: the launcher's
 restarts; a recovery then runs from the kill to the new job's first step and
 also has ``restart_s``), ``hosts`` and ``clock_offsets`` (other hosts' clocks
 against the launcher's; detection times are moved to the launcher's clock).
@@ -148,6 +150,10 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
         "failures": [{"who": e["who"], "reason": e["reason"]} for e in failed],
         "recovery": cfg.recovery,
         "restarts": [{"attempt": e["attempt"], "t_s": rel(e["t_restart"])} for e in restarts],
+        "usage": {e["who"]: {"cpu_s": e["cpu_s"], "wall_s": e["wall_s"], "maxrss_mb": e["maxrss_mb"],
+                             "cpu_frac": round(e["cpu_s"] / e["wall_s"], 3) if e["wall_s"] else None}
+                  for e in by("usage")},
+        "ps_timing": next(({k: v for k, v in e.items() if k not in ("t", "ev")} for e in by("ps_timing")), None),
         "hosts": sorted(set(clock.hosts.values())),
         "clock_offsets": clock.offsets,
     }

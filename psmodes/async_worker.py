@@ -157,7 +157,7 @@ class AsyncWorker(Worker):
         self.repair_due = time.monotonic() + cfg.restart_delay_s
         if cfg.mode == "stateless":
             if self.buffer is None:
-                self.buffer = UpdateBuffer(cfg.replay, self.numel)
+                self.buffer = UpdateBuffer(cfg.replay, self.numel, cfg.max_buffered)
                 if cfg.replay == "local":
                     self.local_opt = FlatSGD(torch.from_numpy(self.weights_in), self.ctx.lr, cfg.momentum)
             if self.pending:  # the dead PS never answered: this worker's first buffered update

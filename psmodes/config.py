@@ -78,6 +78,7 @@ class RunConfig:
     replicate_every: int = 1
     restart_delay_s: float = 10.0
     replay: str = "paper"
+    max_buffered: int = 256         # stateless sequential/staleness: gradients kept (each O(model))
     lr_staleness: bool = False      # async/bounded: scale each update by 1/staleness (Zhang et al.)
     slow_worker: str | None = None  # "W:FACTOR": worker W's steps take FACTOR times longer
     kill_ps: list[str] = field(default_factory=list)
@@ -195,6 +196,7 @@ class RunConfig:
         _positive_int(self.checkpoint_every, "--checkpoint-every")
         _positive_int(self.replicate_every, "--replicate-every")
         _positive_int(self.eval_samples, "--eval-samples")
+        _positive_int(self.max_buffered, "--max-buffered")
         if self.mode == "chain":
             _positive_int(self.replicas, "--replicas")
         if self.restart_delay_s < 0:

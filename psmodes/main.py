@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import sys
+import time
 import traceback
+
+T_START = time.time()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,6 +120,14 @@ def die_with_parent() -> None:
             pass
 
 
+def emit_usage(log) -> None:
+    """This process's CPU time (all threads), wall time and peak RSS: ``psbench perf``
+    shows per-rank CPU time to catch ranks that spin while they wait."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    log.emit("usage", cpu_s=round(ru.ru_utime + ru.ru_stime, 3), wall_s=round(time.time() - T_START, 3),
+             maxrss_mb=round(ru.ru_maxrss / 1024, 1))
+
+
 def final_barrier(ctx) -> None:
     """Everyone who finished waits for the others before leaving, so no message
     is still in flight when a process goes; bounded, failures ignored."""
@@ -130,6 +142,7 @@ def final_barrier(ctx) -> None:
 def _exit(log, code: int) -> None:
     """Leave without MPI_Finalize: after spawns and failures, Open MPI's finalize
     can hang or crash waiting on disconnected peers; everything is recorded."""
+    emit_usage(log)
     log.close()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -76,6 +76,30 @@ def read_restart(cfg) -> dict | None:
     return info if int(info.get("attempt", 0)) > 0 else None
 
 
+class UpdateTiming:
+    """Where the PS's time per update goes (``psbench perf``'s scaling figures): receiving
+    the gradient, the SGD step alone, what follows it (replication, checkpoint copy) and
+    sending the weights. A few floats per update; medians are logged at the end."""
+
+    def __init__(self) -> None:
+        self.recv_s: list[float] = []
+        self.apply_s: list[float] = []
+        self.after_s: list[float] = []
+        self.send_s: list[float] = []
+
+    def add(self, t0: float, t1: float, t2: float, t3: float) -> None:
+        self.recv_s.append(t1 - t0)
+        self.after_s.append(max(0.0, (t2 - t1) - (self.apply_s[-1] if self.apply_s else 0.0)))
+        self.send_s.append(t3 - t2)
+
+    def medians(self) -> dict:
+        out = {"updates": len(self.recv_s)}
+        for name in ("recv_s", "apply_s", "after_s", "send_s"):
+            values = getattr(self, name)
+            out[name] = round(float(np.median(values)), 6) if values else None
+        return out
+
+
 class ParameterServer:
     def __init__(self, ctx: Context, opt: FlatSGD | None = None, prev: tuple[int, torch.Tensor] | None = None,
                  t0_ms: int = 0, fresh: bool = True) -> None:
@@ -97,6 +121,11 @@ class ParameterServer:
         self._next_eval = 0.0
         self._repl_reqs: list = []
         self._repl_buf = torch.zeros(self.opt.state_numel)
+        self.timing = UpdateTiming()
+        # sync SGD without momentum: after each gradient the workers can apply it themselves (the same
+        # arithmetic on the same bytes), so the PS answers with the version only, not 4 bytes a weight;
+        # with momentum the workers would also need the PS's momentum buffer, so the weights travel
+        self.workers_apply = not cfg.is_async and not cfg.momentum
         self.writer = None
         if cfg.mode == "checkpoint":
             self.ckpt_dir = Path(cfg.run_dir) / "checkpoints"
@@ -160,17 +189,23 @@ class ParameterServer:
             if hdr[0] == tp.HELLO:
                 self._hello(hdr)
             elif hdr[0] == tp.GRAD:
+                t0 = time.perf_counter()
                 tp.recv_payload(world, self.grad.numpy(), c.leader, tp.TAG_TO_PS, ctx.peer_timeout, "PS receives gradient")
                 if hdr[1] != self.opt.version:
                     raise RunFailed(f"gradient for version {hdr[1]} reached a PS at version {self.opt.version}")
+                t1 = time.perf_counter()
                 self._update(self.grad)
-                self._reply()
+                t2 = time.perf_counter()
+                self._reply(weights=not self.workers_apply)
+                self.timing.add(t0, t1, t2, time.perf_counter())
             else:
                 raise RunFailed(f"PS got an unexpected message kind {hdr[0]}")
         self._finish()
 
     def _update(self, grad: torch.Tensor, lr_scale: float = 1.0) -> None:
+        t0 = time.perf_counter()
         self.opt.step(grad, lr_scale)
+        self.timing.apply_s.append(time.perf_counter() - t0)
         killpoints.reached("apply", self.ctx, version=self.opt.version)
         self._after_update()
 
@@ -187,16 +222,18 @@ class ParameterServer:
                 self.writer.wait_idle(self.ctx.peer_timeout)
             self.ctx.log.emit("checkpoint_start", version=v, copy_s=copy_s, waited_s=waited)
 
-    def _reply(self) -> None:
+    def _reply(self, weights: bool = True) -> None:
+        """The answer to the leader: the new weights, or (``weights=False``) only the version
+        that the gradient made, which the workers then apply themselves."""
         cfg = self.ctx.cfg
         elapsed = time.time() - self.t0_ms / 1000.0
         self.stopped = bool((cfg.steps and self.opt.version >= cfg.steps)
                             or (cfg.duration_s and elapsed >= cfg.duration_s))
         if self.opt.version % 10 == 0:
             self.ctx.log.emit("update", version=self.opt.version)
-        hdr = tp.header(tp.WEIGHTS, self.opt.version, int(self.stopped), self.t0_ms)
-        reqs = tp.isend(self.ctx.cluster.world, hdr, self.opt.weights.numpy(), self.ctx.cluster.leader,
-                        tp.TAG_FROM_PS)
+        hdr = tp.header(tp.WEIGHTS, self.opt.version, int(self.stopped), self.t0_ms, int(weights))
+        reqs = tp.isend(self.ctx.cluster.world, hdr, self.opt.weights.numpy() if weights else None,
+                        self.ctx.cluster.leader, tp.TAG_FROM_PS)
         killpoints.reached("send_weights", self.ctx, version=self.opt.version)
         tp.wait(reqs, self.ctx.peer_timeout, "PS sends weights")
 
@@ -329,4 +366,5 @@ class ParameterServer:
                          t_snapshot=time.time(), t0_ms=self.t0_ms, samples=None)
         if self.writer is not None:
             self.writer.close()
+        ctx.log.emit("ps_timing", numel=self.numel, **self.timing.medians())
         ctx.log.emit("done", version=self.opt.version, completed=True, digest=digest(self.opt.weights))

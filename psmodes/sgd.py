@@ -7,6 +7,12 @@ from __future__ import annotations
 import torch
 
 
+def sgd_step_(weights: torch.Tensor, grad: torch.Tensor, lr: float) -> None:
+    """The step itself, in place. The PS and (sync, no momentum) every worker run exactly
+    this on the same bytes, so their copies of the weights stay bitwise equal."""
+    weights.add_(grad, alpha=-lr)
+
+
 class FlatSGD:
     def __init__(self, weights: torch.Tensor, lr: float, momentum: float = 0.0) -> None:
         self.weights = weights
@@ -24,7 +30,7 @@ class FlatSGD:
                 self.buf.copy_(grad)
                 self.has_buf = True
             grad = self.buf
-        self.weights.add_(grad, alpha=-self.lr * lr_scale)
+        sgd_step_(self.weights, grad, self.lr * lr_scale)
         self.version += 1
 
     # replication / checkpoint state: weights followed by the momentum buffer

@@ -28,11 +28,13 @@ from .allreduce import Allreducer
 from .context import ACTION_NONE, Context, no_repair
 from .flatparams import FlatParams, digest
 from .replay import POLICY_CODES, UpdateBuffer
-from .sgd import FlatSGD
+from .sgd import FlatSGD, sgd_step_
 
 ACT_NONE, ACT_SHRINK, ACT_SPAWN = 0, 1, 2
 RUNNING, DONE, FAILED = 0, 1, 2
-# control header: [new_weights, version, stop, action, compute_next, t0_ms, -, -]
+# control header: [weights, version, stop, action, compute_next, t0_ms, -, -]
+# weights: what the workers do with their copy of the model before the next step
+KEEP, RECEIVE, APPLY = 0, 1, 2  # keep it; take the leader's broadcast; apply the averaged gradient
 
 
 class Worker:
@@ -63,6 +65,7 @@ class Worker:
         on_cpu = ctx.device.type == "cpu"
         self.grad_host = self.flat.grads if on_cpu else torch.empty(self.numel).pin_memory()
         self.ctrl = np.zeros(tp.HEADER_LEN, dtype=np.int64)
+        self.reply_weights = RECEIVE
         # leader state
         self.version = -1
         self.t0_ms = 0
@@ -149,6 +152,9 @@ class Worker:
                     self._in_background(shrink, "shrink") if background else shrink()
                 elif action == ACT_SPAWN:
                     self._in_background(ctx.respawn, "respawn") if background else ctx.respawn()
+                # counted now: a reconnection that ends the run reports the outage's idle time at once
+                self._add_idle(time.perf_counter() - t_action)
+                t_action = time.perf_counter()
                 if self.leader:
                     try:
                         self._reconnect()
@@ -165,7 +171,8 @@ class Worker:
                 self._join_repair()
                 break
         self._end_pending_repair()
-        log.emit("done", completed=bool(self.ctrl[2] == DONE), version=int(self.ctrl[1]))
+        log.emit("done", completed=bool(self.ctrl[2] == DONE), version=int(self.ctrl[1]),
+                 digest=digest(self.flat.weights))
         self.allreducer.close()
 
     def _end_pending_repair(self) -> None:
@@ -175,12 +182,15 @@ class Worker:
             self.ctx.announce(ACTION_NONE)
 
     def _take_weights(self) -> None:
-        if self.ctrl[0]:
+        if self.ctrl[0] == RECEIVE:
             self._bcast(self.weights_in, "weights broadcast", self.ctx.peer_timeout)
+        elif self.ctrl[0] == APPLY:  # the PS applied this step's gradient: do the same, bit for bit
+            sgd_step_(torch.from_numpy(self.weights_in), self.grad_host, self.ctx.lr)
+        if self.ctrl[0] != KEEP:
             self.flat.weights.copy_(torch.from_numpy(self.weights_in))
 
     # ---- leader only
-    def _set_ctrl(self, new_weights: bool, stop: int = RUNNING, action: int = ACT_NONE) -> None:
+    def _set_ctrl(self, new_weights: int, stop: int = RUNNING, action: int = ACT_NONE) -> None:
         compute = self.ps_up or self.ctx.cfg.mode == "stateless"
         self.ctrl[:] = (int(new_weights), self.version, stop, action, int(compute), self.t0_ms, 0, 0)
 
@@ -198,7 +208,7 @@ class Worker:
                      compute_s=round(compute_s, 6), loss=round(self.last_loss, 5))
             if self.outage is not None:
                 self._recovered()
-            self._set_ctrl(True, stop=DONE if stop else RUNNING, action=self._repair_action())
+            self._set_ctrl(self.reply_weights, stop=DONE if stop else RUNNING, action=self._repair_action())
             return
         # the PS is down
         new_weights = False
@@ -253,7 +263,11 @@ class Worker:
                 ctx.peer_timeout, "leader sends gradient")
         self.pending = True
         hdr, _ = tp.recv_header(c.world, MPI.ANY_SOURCE, tp.TAG_FROM_PS, ctx.peer_timeout, "leader waits for weights")
-        self._recv_weights()
+        if hdr[4]:
+            self._recv_weights()
+            self.reply_weights = RECEIVE
+        else:  # the PS only acknowledged: every worker applies the same update to its copy (_take_weights)
+            self.reply_weights = APPLY
         self.pending = False
         self.version, self.t0_ms = int(hdr[1]), int(hdr[3])
         return bool(hdr[2])
@@ -278,7 +292,7 @@ class Worker:
         self._add_idle(time.time() - t_send)  # the exchange that hung until the death was detected
         self.repair_due = time.monotonic() + cfg.restart_delay_s
         if cfg.mode == "stateless" and self.buffer is None:
-            self.buffer = UpdateBuffer(cfg.replay, self.numel)
+            self.buffer = UpdateBuffer(cfg.replay, self.numel, cfg.max_buffered)
             if cfg.replay == "local":
                 # the workers' own copy: the last weights received, stepped in place
                 self.local_opt = FlatSGD(torch.from_numpy(self.weights_in), self.ctx.lr, cfg.momentum)

@@ -38,8 +38,21 @@ def test_same_seed_same_weights(tmp_path):
         out, _ = run_ok(tmp_path, *SYN, "--steps", "150", "--seed", seed, "--workers", "3", name=name)
         (done,) = events(out, "done", "ps")
         digests.append(done["digest"])
+        # the PS answers with the version only and every worker applies the averaged gradient itself:
+        # their copies must end bitwise equal to the PS's weights
+        for w in range(3):
+            (wdone,) = events(out, "done", f"worker{w}")
+            assert wdone["digest"] == done["digest"], f"worker{w}'s weights drifted from the PS's"
     assert digests[0] == digests[1], "same seed, different final weights"
     assert digests[0] != digests[2], "different seeds gave identical weights"
+
+
+def test_with_momentum_the_weights_travel(tmp_path):
+    out, s = run_ok(tmp_path, *SYN, "--steps", "60", "--momentum", "0.9", "--no-evaluator")
+    (done,) = events(out, "done", "ps")
+    for w in range(2):
+        (wdone,) = events(out, "done", f"worker{w}")
+        assert wdone["digest"] == done["digest"]
 
 
 def test_no_evaluator_final_accuracy_from_ps(tmp_path):

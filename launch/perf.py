@@ -1,0 +1,349 @@
+"""``psbench perf``: what fault tolerance costs, measured side by side in one session.
+
+    psbench perf                       # the full set (about 25 min on 2 cores), reports/perf/report.md
+    psbench perf --quick --out DIR     # a small version of every section (a few minutes; the tests)
+    psbench perf --from RUNS_DIR       # re-render the report from a finished (or cut) measurement
+
+Sections, each a set of real runs (mpirun, ULFM, real SIGKILLs):
+
+- **throughput**: ``--mode none`` against a plain Horovod trainer with no PS
+  (:mod:`benchmarks.horovod_reference`), and every recovery mode against
+  ``none``, on the same model, batch, workers and data with no failure. The
+  variants run interleaved, repetition by repetition, so drift of the machine
+  hits all of them alike; each ratio is taken within a repetition (paired)
+  and reported as the median and range over the repetitions.
+- **failures**: several PS kills per mode: detection latency (kill to the
+  first rank that noticed), recovery (kill to the first applied step after
+  it), worker idle seconds.
+- **scaling**: the ``synthetic`` MLP from about 1M to 100M parameters: the
+  PS's median time per update (receive, apply, send) and the checkpoint write
+  time, against the floor ``bytes moved / memory bandwidth`` (bandwidth
+  measured here with a large numpy copy).
+- **memory**: peak RSS per role; the stateless leader's buffer under each
+  replay policy (``paper``/``mean`` aggregate in place, ``sequential``/
+  ``staleness`` are bounded by ``--max-buffered``).
+- **CPU**: every rank's CPU time against its wall time, to show that ranks
+  waiting on MPI do not spin a core.
+
+Evaluation is off in every run (``--no-evaluator``): an evaluator rank would
+compete for the cores with the workers, and the reference trainer has none.
+Everything measured is written to ``<runs>/perf.json`` after each run, so a
+measurement that dies leaves what it recorded; ``--from`` renders it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from psmodes.atomic import write_text_atomic
+from psmodes.config import ConfigError, RunConfig
+
+# (label, RunConfig fields) of the no-failure throughput variants; "none" is the baseline
+THROUGHPUT = [
+    ("none", {}),
+    ("checkpoint K=100", {"mode": "checkpoint", "checkpoint_every": 100}),
+    ("checkpoint K=10", {"mode": "checkpoint", "checkpoint_every": 10}),
+    ("chain K=1 R=1", {"mode": "chain", "replicate_every": 1, "replicas": 1}),
+    ("chain K=1 R=2", {"mode": "chain", "replicate_every": 1, "replicas": 2}),
+    ("chain K=100 R=1", {"mode": "chain", "replicate_every": 100, "replicas": 1}),
+    ("chain K=100 R=2", {"mode": "chain", "replicate_every": 100, "replicas": 2}),
+    ("stateless", {"mode": "stateless"}),
+]
+QUICK_VARIANTS = ("none", "checkpoint K=10", "chain K=1 R=1", "stateless")
+# the issue's targets: (what, variant or figure, bound, higher is better)
+RATIO_TARGETS = [("PS overhead (none / Horovod)", "reference", 0.90),
+                 ("checkpoint K=100 / none", "checkpoint K=100", 0.98),
+                 ("chain K=100 R=1 / none", "chain K=100 R=1", 0.97),
+                 ("chain K=100 R=2 / none", "chain K=100 R=2", 0.97),
+                 ("chain K=1 R=1 / none", "chain K=1 R=1", 0.85),
+                 ("chain K=1 R=2 / none", "chain K=1 R=2", 0.85)]
+FAILURE_MODES = ("checkpoint", "chain", "stateless")
+MEMORY_POLICIES = ("paper", "mean", "sequential", "staleness")
+FLOOR_TARGET = 3.0
+DETECTION_P50 = 1.5
+FAILOVER_P50 = 2.0
+IDLE_MARGIN = 0.5
+
+
+@dataclass
+class Plan:
+    reps: int = 3
+    steps: int = 800
+    workers: int = 2
+    sizes: list[int] = field(default_factory=lambda: [1_000_000, 10_000_000, 100_000_000])
+    kills: int = 4
+    kill_gap_s: float = 8.0
+    max_buffered: int = 32
+    variants: list[str] = field(default_factory=lambda: [v for v, _ in THROUGHPUT])
+    policies: list[str] = field(default_factory=lambda: list(MEMORY_POLICIES))
+    data_dir: str | None = None
+    quick: bool = False
+
+
+def add_perf_parser(sub) -> None:
+    p = sub.add_parser("perf", help="the price of fault tolerance, measured side by side (reports/perf/report.md)",
+                       description="Throughput of every mode against plain Horovod and against --mode none, failure "
+                                   "costs, PS time per update against the memory-bandwidth floor, memory and CPU "
+                                   "per rank. Real runs, one after another.")
+    p.add_argument("--reps", type=int, help="repetitions of the throughput variants (default 3; --quick 1)")
+    p.add_argument("--steps", type=int, help="PS updates per throughput run (default 800; --quick 60)")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--sizes", help="synthetic model sizes, comma-separated (default 1e6,1e7,1e8)")
+    p.add_argument("--kills", type=int, help="PS kills per mode in the failure runs (default 4; --quick 1)")
+    p.add_argument("--max-buffered", type=int, default=32, help="the bound of the sequential/staleness buffers")
+    p.add_argument("--data-dir", help="Fashion-MNIST folder (else $PSBENCH_DATA, else Debian's package)")
+    p.add_argument("--quick", action="store_true", help="a small version of every section (minutes, not half an hour)")
+    p.add_argument("--out", help="report folder (default reports/perf)")
+    p.add_argument("--runs", help="folder of the runs and perf.json (default runs/perf-<time>)")
+    p.add_argument("--from", dest="from_dir", metavar="RUNS_DIR", help="render the report from this perf.json folder")
+
+
+def plan_from_args(a: argparse.Namespace) -> Plan:
+    plan = Plan(workers=a.workers, max_buffered=a.max_buffered, data_dir=a.data_dir, quick=a.quick)
+    if a.quick:
+        plan.reps, plan.steps, plan.kills, plan.kill_gap_s = 1, 60, 1, 6.0
+        plan.sizes = [200_000, 2_000_000]
+        plan.variants, plan.policies = list(QUICK_VARIANTS), ["paper", "sequential"]
+    plan.reps = _count(a.reps, plan.reps, "--reps")
+    plan.steps = _count(a.steps, plan.steps, "--steps")
+    plan.kills = _count(a.kills, plan.kills, "--kills")
+    _count(plan.workers, 1, "--workers")
+    _count(plan.max_buffered, 1, "--max-buffered")
+    if plan.workers < 2:
+        raise ConfigError("--workers must be at least 2 (the throughput runs compare data-parallel training)")
+    if a.sizes:
+        try:
+            plan.sizes = [int(float(x)) for x in a.sizes.split(",") if x.strip()]
+        except ValueError:
+            raise ConfigError(f"--sizes {a.sizes!r}: give parameter counts separated by commas, e.g. 1e6,1e7") from None
+        if not plan.sizes or min(plan.sizes) < 1000:
+            raise ConfigError(f"--sizes {a.sizes!r}: every size must be at least 1000 parameters")
+    return plan
+
+
+def _count(value, default: int, name: str) -> int:
+    value = default if value is None else value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+# ---- machine figures
+def memory_bandwidth(nbytes: int = 256 << 20, reps: int = 5) -> float:
+    """Bytes per second of a single-threaded numpy copy (read + write counted), best of ``reps``."""
+    a = np.ones(nbytes // 4, dtype=np.float32)
+    b = np.empty_like(a)
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        np.copyto(b, a)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * nbytes / best
+
+
+def disk_bandwidth(folder: Path, nbytes: int = 128 << 20) -> float:
+    """Bytes per second of a buffered write + fsync of ``nbytes`` into ``folder``, best of 2."""
+    data = np.ones(nbytes, dtype=np.uint8).tobytes()
+    path = folder / ".disk-probe"
+    best = float("inf")
+    try:
+        for _ in range(2):
+            t0 = time.perf_counter()
+            with open(path, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            best = min(best, time.perf_counter() - t0)
+    finally:
+        path.unlink(missing_ok=True)
+    return nbytes / best
+
+
+# ---- runs
+class Perf:
+    def __init__(self, plan: Plan, runs: Path) -> None:
+        self.plan, self.runs = plan, runs
+        self.results: dict = {"plan": plan.__dict__, "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                              "throughput": [], "failures": [], "scaling": [], "memory": []}
+
+    def save(self) -> None:
+        write_text_atomic(self.runs / "perf.json", json.dumps(self.results, indent=1) + "\n")
+
+    def base(self, **fields) -> RunConfig:
+        p = self.plan
+        cfg = RunConfig(benchmark="fmnist-cnn", workers=p.workers, evaluator=False, data_dir=p.data_dir)
+        for k, v in fields.items():
+            setattr(cfg, k, v)
+        return cfg
+
+    def run(self, cfg: RunConfig, name: str) -> dict:
+        from .runner import run_job
+
+        cfg.run_dir = str((self.runs / name).resolve())
+        cfg.validate()
+        print(f"[perf] {name} ...", file=sys.stderr, flush=True)
+        summary = run_job(cfg, quiet=True)
+        if not summary.get("completed"):
+            print(f"[perf] {name}: {summary.get('exit_reason')}", file=sys.stderr, flush=True)
+        return summary
+
+    def reference(self, rep: int) -> dict:
+        """The plain Horovod trainer under the same mpirun placement as psbench's ranks."""
+        from .mpirun import find_mpirun, mpirun_env
+        from .runner import stop_group
+
+        p = self.plan
+        folder = self.runs / f"reference-r{rep}"
+        folder.mkdir(parents=True, exist_ok=True)
+        out = folder / "result.json"
+        cmd = [find_mpirun() or "mpirun", "-np", str(p.workers), "--oversubscribe", "--bind-to", "none",
+               "-x", "PYTHONUNBUFFERED=1", "-x", "PATH", "-x", "PYTHONPATH", sys.executable, "-m",
+               "benchmarks.horovod_reference", "--steps", str(p.steps), "--seed", str(rep), "--out", str(out)]
+        if p.data_dir:
+            cmd += ["--data-dir", p.data_dir]
+        (folder / "command.txt").write_text(" ".join(cmd) + "\n")
+        print(f"[perf] reference-r{rep} ...", file=sys.stderr, flush=True)
+        with open(folder / "mpirun.log", "wb") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=mpirun_env(), start_new_session=True)
+            try:
+                proc.wait(timeout=max(300, p.steps * 0.5))
+            except subprocess.TimeoutExpired:
+                pass
+            finally:
+                stop_group(proc)
+        if proc.returncode != 0 or not out.exists():
+            raise RuntimeError(f"the Horovod reference trainer failed (exit {proc.returncode}); see {folder}/mpirun.log")
+        return json.loads(out.read_text())
+
+    # ---- sections
+    def throughput(self) -> None:
+        p = self.plan
+        variants = [(label, f) for label, f in THROUGHPUT if label in p.variants]
+        for rep in range(p.reps):
+            ref = self.reference(rep)
+            self.results["throughput"].append({"variant": "reference", "rep": rep,
+                                               "samples_per_s": ref["samples_per_s"],
+                                               "usage": {f"worker{i}": u for i, u in enumerate(ref["usage"])}})
+            self.save()
+            for label, fields in variants:
+                cfg = self.base(steps=p.steps, seed=rep, **fields)
+                s = self.run(cfg, f"{slug(label)}-r{rep}")
+                self.results["throughput"].append({"variant": label, "rep": rep, "samples_per_s": s.get("samples_per_s"),
+                                                   "completed": s.get("completed"), "usage": s.get("usage"),
+                                                   "ps_timing": s.get("ps_timing")})
+                self.save()
+
+    def failures(self) -> None:
+        p = self.plan
+        times = [round(5 + i * p.kill_gap_s, 1) for i in range(p.kills)]
+        for mode in FAILURE_MODES:
+            extra = {"replicas": 2} if mode == "chain" else {}
+            cfg = self.base(mode=mode, seed=0, duration_s=times[-1] + p.kill_gap_s, restart_delay_s=0.0,
+                            kill_ps=[f"{t}s" for t in times], **extra)
+            s = self.run(cfg, f"failures-{mode}")
+            self.results["failures"].append({"mode": mode, "completed": s.get("completed"),
+                                             "exit_reason": s.get("exit_reason"), "kills": len(s.get("kills") or []),
+                                             "detections": [d["latency_s"] for d in s.get("detections") or []],
+                                             "recoveries": s.get("recoveries") or [], "usage": s.get("usage")})
+            self.save()
+
+    def scaling(self) -> None:
+        p = self.plan
+        self.results["memory_bandwidth_Bps"] = memory_bandwidth()
+        self.results["disk_bandwidth_Bps"] = disk_bandwidth(self.runs)
+        self.save()
+        for size in p.sizes:
+            steps = int(min(200, max(12, 2e8 / size)))
+            cfg = self.base(benchmark="synthetic", model_params=size, workers=1, steps=steps, mode="checkpoint",
+                            checkpoint_every=max(1, steps // 4), seed=0, data_dir=None, peer_timeout_s=300.0)
+            s = self.run(cfg, f"scaling-{size}")
+            events = _events(Path(cfg.run_dir), ("checkpoint", "checkpoint_start"))
+            writes = [e["write_s"] for e in events if e["ev"] == "checkpoint" and e["version"] > 0]
+            copies = [e["copy_s"] for e in events if e["ev"] == "checkpoint_start"]
+            self.results["scaling"].append({"params": size, "completed": s.get("completed"), "ps_timing": s.get("ps_timing"),
+                                            "checkpoint_write_s": float(np.median(writes)) if writes else None,
+                                            "checkpoint_copy_s": float(np.median(copies)) if copies else None,
+                                            "checkpoint_bytes": _ckpt_bytes(events), "usage": s.get("usage")})
+            self.save()
+
+    def memory(self) -> None:
+        p = self.plan
+        delay = 4.0 if p.quick else 8.0
+        for policy in p.policies:
+            cfg = self.base(mode="stateless", replay=policy, max_buffered=p.max_buffered, seed=0,
+                            duration_s=delay + (10 if p.quick else 14), kill_ps=["4s"], restart_delay_s=delay)
+            s = self.run(cfg, f"memory-{policy}")
+            handovers = _events(Path(cfg.run_dir), ("handover",))
+            self.results["memory"].append({
+                "policy": policy, "completed": s.get("completed"), "usage": s.get("usage"),
+                "buffered": sum(h["buffered"] for h in handovers), "dropped": sum(h["dropped"] for h in handovers),
+                "vectors": max([h["vectors"] for h in handovers], default=0), "numel": _numel(Path(cfg.run_dir))})
+            self.save()
+
+
+def slug(label: str) -> str:
+    return label.lower().replace("=", "").replace(" ", "-")
+
+
+def _events(run_dir: Path, kinds: tuple) -> list[dict]:
+    from psmodes.events import read_run_events
+
+    return [e for e in read_run_events(run_dir) if e["ev"] in kinds]
+
+
+def _ckpt_bytes(events: list[dict]) -> int | None:
+    sizes = [e["bytes"] for e in events if e["ev"] == "checkpoint" and e.get("bytes")]
+    return max(sizes) if sizes else None
+
+
+def _numel(run_dir: Path) -> int | None:
+    timing = _events(run_dir, ("ps_timing",))
+    return timing[-1]["numel"] if timing else None
+
+
+def cmd_perf(a: argparse.Namespace) -> int:
+    from .perfreport import write_perf_report
+
+    out = Path(a.out) if a.out else Path("reports") / "perf"
+    if a.from_dir:
+        src = Path(a.from_dir)
+        if not (src / "perf.json").is_file():
+            raise ConfigError(f"--from {src}: no perf.json there (give the --runs folder of a psbench perf)")
+        results = json.loads((src / "perf.json").read_text())
+        print(f"report: {write_perf_report(results, out, src)}")
+        return 0
+    plan = plan_from_args(a)
+    from benchmarks import fmnist
+
+    try:
+        plan.data_dir = str(fmnist.validate(plan.data_dir).resolve())
+    except fmnist.DataError as exc:
+        raise ConfigError(str(exc)) from None
+    runs = Path(a.runs) if a.runs else Path("runs") / f"perf-{time.strftime('%Y%m%d-%H%M%S')}"
+    if (runs / "perf.json").exists():
+        raise ConfigError(f"{runs} already holds a perf measurement; choose another --runs or render it with --from")
+    runs.mkdir(parents=True, exist_ok=True)
+    perf = Perf(plan, runs.resolve())
+    from .machine import machine_info
+
+    perf.results["machine"] = machine_info()
+    perf.results["argv"] = sys.argv
+    perf.save()
+    t0 = time.time()
+    try:
+        for section in (perf.throughput, perf.failures, perf.scaling, perf.memory):
+            section()
+    finally:
+        perf.results["wall_s"] = round(time.time() - t0, 1)
+        perf.save()
+        print(f"report: {write_perf_report(perf.results, out, runs)}")
+    return 0

@@ -1,0 +1,386 @@
+"""The Markdown report of ``psbench perf`` (``reports/perf/report.md``) and its
+two plots, rendered from ``perf.json`` alone (so ``psbench perf --from``
+re-renders a finished or cut measurement). Tables are pandas + tabulate.
+
+Every figure is a median over its repetitions (or kills) with its range or
+95th percentile; each target of the issue is checked, and a miss is given
+with its size and the measured breakdown that explains it.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from psmodes.atomic import write_text_atomic
+
+from .perf import DETECTION_P50, FAILOVER_P50, FLOOR_TARGET, IDLE_MARGIN, RATIO_TARGETS
+
+MiB = 1 << 20
+
+
+def _med(xs) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return float(np.median(xs)) if xs else None
+
+
+def _pct(xs, q: float) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return float(np.percentile(xs, q)) if xs else None
+
+
+def _spread(xs, fmt: str = "{:.3f}") -> str:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return "n/a"
+    if len(xs) == 1:
+        return fmt.format(xs[0])
+    return f"{fmt.format(np.median(xs))} ({fmt.format(min(xs))}-{fmt.format(max(xs))})"
+
+
+def _table(rows: list[dict]) -> str:
+    return pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True) if rows else "_no data_"
+
+
+# ---- derived figures
+def throughput_ratios(results: dict) -> dict[str, list[float]]:
+    """Per repetition: each variant's samples/s over none's (paired), and none over the reference."""
+    by_rep: dict[int, dict[str, float]] = {}
+    for r in results.get("throughput", []):
+        if r.get("samples_per_s") and r.get("completed", True):
+            by_rep.setdefault(r["rep"], {})[r["variant"]] = r["samples_per_s"]
+    ratios: dict[str, list[float]] = {}
+    for rep in sorted(by_rep):
+        row = by_rep[rep]
+        none = row.get("none")
+        if not none:
+            continue
+        for variant, sps in row.items():
+            if variant == "reference":
+                ratios.setdefault("reference", []).append(none / sps)
+            elif variant != "none":
+                ratios.setdefault(variant, []).append(sps / none)
+    return ratios
+
+
+def floor_seconds(numel: int, bandwidth: float) -> dict[str, float]:
+    """Memory-traffic floor of one update (float32, no momentum): receiving the gradient
+    copies it once (read + write), the SGD step reads weights and gradient and writes the
+    weights, sending copies the weights once."""
+    s = numel * 4
+    return {"recv": 2 * s / bandwidth, "apply": 3 * s / bandwidth, "send": 2 * s / bandwidth}
+
+
+def scaling_rows(results: dict) -> list[dict]:
+    bw = results.get("memory_bandwidth_Bps")
+    disk = results.get("disk_bandwidth_Bps")
+    rows = []
+    for r in results.get("scaling", []):
+        t = r.get("ps_timing") or {}
+        if not bw or not t or t.get("recv_s") is None:
+            continue
+        fl = floor_seconds(t["numel"], bw)
+        total = t["recv_s"] + t["apply_s"] + t["send_s"]
+        floor = sum(fl.values())
+        ck = r.get("checkpoint_write_s")
+        nbytes = r.get("checkpoint_bytes") or t["numel"] * 4
+        # the writer serialises to memory (a copy), writes the file (a copy) and fsyncs it to disk
+        ck_floor = 4 * nbytes / bw + (nbytes / disk if disk else 0)
+        rows.append({"params": t["numel"], "MiB": t["numel"] * 4 / MiB, "recv": t["recv_s"], "apply": t["apply_s"],
+                     "send": t["send_s"], "total": total, "floor": floor, "ratio": total / floor,
+                     "ratio_recv": t["recv_s"] / fl["recv"], "ratio_apply": t["apply_s"] / fl["apply"],
+                     "ratio_send": t["send_s"] / fl["send"], "ckpt_s": ck, "ckpt_floor": ck_floor,
+                     "ckpt_ratio": ck / ck_floor if ck else None, "completed": r.get("completed")})
+    return rows
+
+
+def failure_figures(results: dict) -> dict:
+    out: dict = {"detections": [], "by_mode": {}}
+    for f in results.get("failures", []):
+        recs = f.get("recoveries") or []
+        out["detections"] += f.get("detections") or []
+        out["by_mode"][f["mode"]] = {
+            "kills": f.get("kills"), "completed": f.get("completed"), "exit_reason": f.get("exit_reason"),
+            "detections": f.get("detections") or [], "recovery": [r["recovery_s"] for r in recs],
+            "idle": [r["idle_s"] for r in recs], "lost": [r["lost_steps"] for r in recs]}
+    return out
+
+
+# ---- targets
+def targets(results: dict) -> list[dict]:
+    rows = []
+    ratios = throughput_ratios(results)
+    for what, variant, bound in RATIO_TARGETS:
+        value = _med(ratios.get(variant, []))
+        rows.append(_verdict(what, f">= {bound}", value, bound, higher=True, why=_ratio_why(results, variant, value, bound)))
+    fails = failure_figures(results)
+    det = _med(fails["detections"])
+    rows.append(_verdict("detection latency p50 (s)", f"<= {DETECTION_P50}", det, DETECTION_P50, higher=False))
+    chain = fails["by_mode"].get("chain", {})
+    rows.append(_verdict("chain failover p50: kill to first step on the new head (s)", f"<= {FAILOVER_P50}",
+                         _med(chain.get("recovery", [])), FAILOVER_P50, higher=False))
+    st = fails["by_mode"].get("stateless", {})
+    st_det = _med(st.get("detections", []))
+    bound = st_det + IDLE_MARGIN if st_det is not None else None
+    rows.append(_verdict("stateless worker idle p50 (s)", f"<= detection p50 + {IDLE_MARGIN}"
+                         + (f" = {bound:.3f}" if bound is not None else ""), _med(st.get("idle", [])), bound, higher=False))
+    sc = scaling_rows(results)
+    if sc:
+        big = max(sc, key=lambda r: r["params"])
+        why = (f"receive {big['ratio_recv']:.1f}x, apply {big['ratio_apply']:.1f}x, send {big['ratio_send']:.1f}x "
+               "their floors")
+        rows.append(_verdict(f"PS time per update / memory floor at {big['params'] / 1e6:.0f}M parameters",
+                             f"<= {FLOOR_TARGET}", big["ratio"], FLOOR_TARGET, higher=False, why=why))
+    return rows
+
+
+def _verdict(what: str, target: str, value, bound, higher: bool, why: str = "") -> dict:
+    if value is None or bound is None:
+        status = "not measured"
+    elif (value >= bound) if higher else (value <= bound):
+        status = "met"
+    else:
+        status = f"MISSED by {abs(value - bound):.3f}" + (f" ({abs(value - bound) / bound:.1%})" if bound else "")
+    return {"figure": what, "target": target, "measured": "n/a" if value is None else f"{value:.3f}",
+            "status": status, "breakdown": why}
+
+
+def _ratio_why(results: dict, variant: str, value, bound) -> str:
+    """The measured per-update breakdown behind a throughput ratio: the step time, and what the PS
+    spends per update (receive, SGD step, replication/checkpoint, send) on the critical path."""
+    runs = [r for r in results.get("throughput", []) if r["variant"] in (variant, "none") and r.get("samples_per_s")]
+    if not runs:
+        return ""
+    workers = results.get("plan", {}).get("workers", 2)
+    sps_none = _med([r["samples_per_s"] for r in runs if r["variant"] == "none"])
+    step_ms = 32 * workers / sps_none * 1000 if sps_none else None
+    if variant == "reference":
+        timing = [r.get("ps_timing") or {} for r in runs if r["variant"] == "none"]
+        ps_ms = _med([(t.get("recv_s") or 0) + (t.get("apply_s") or 0) + (t.get("send_s") or 0) for t in timing if t])
+        return (f"none's step {step_ms:.1f} ms; the PS round trip (receive + apply + send) {ps_ms * 1000:.1f} ms of it"
+                if step_ms and ps_ms is not None else "")
+    timing = [r.get("ps_timing") or {} for r in runs if r["variant"] == variant]
+    after = _med([t.get("after_s") for t in timing if t])
+    if after is None or step_ms is None:
+        return ""
+    return f"none's step {step_ms:.1f} ms; replication/checkpoint after the SGD step {after * 1000:.2f} ms median per update"
+
+
+# ---- the report
+def write_perf_report(results: dict, out: Path, runs: Path) -> Path:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    plots = [p for p in (_plot_ratios(results, out / "throughput.png"), _plot_scaling(results, out / "scaling.png")) if p]
+    text = render(results, runs, [p.name for p in plots])
+    path = out / "report.md"
+    write_text_atomic(path, text)
+    write_text_atomic(out / "perf.json", json.dumps(results, indent=1) + "\n")
+    return path
+
+
+def render(results: dict, runs: Path, plots: list[str]) -> str:
+    plan = results.get("plan", {})
+    m = results.get("machine", {})
+    v = m.get("versions", {})
+    lines = ["# psbench perf: the price of fault tolerance", "",
+             f"Measured {results.get('started', '?')} on {m.get('cores', '?')} cores ({m.get('cpu', '?')}), "
+             f"{m.get('memory_gib', '?')} GiB, GPU: {m.get('gpu', '?')}; torch {v.get('torch', '?')}, "
+             f"Horovod {v.get('horovod', '?')}, Open MPI {v.get('openmpi', '?')}. "
+             f"Command: `{' '.join(['psbench'] + list(results.get('argv', [])[1:]))}`; "
+             f"{results.get('wall_s', '?')} s in all; runs in `{runs}`.", "",
+             f"fmnist-cnn, {plan.get('workers')} workers, batch 32 per worker, evaluation off in every run "
+             "(an evaluator rank would compete with the workers for the cores, and the reference has none). "
+             f"Throughput: {plan.get('reps')} repetitions of {plan.get('steps')} updates, every variant once per "
+             "repetition, interleaved; a ratio is taken within a repetition and shown as median (min-max).", ""]
+    if results.get("plan", {}).get("quick"):
+        lines += ["**Quick mode**: one repetition, short runs, small models: a smoke test of the "
+                  "measurement, not figures to quote.", ""]
+    lines += ["## Targets", "", _table(targets(results)), ""]
+    lines += _throughput_section(results, plots)
+    lines += _failure_section(results)
+    lines += _scaling_section(results, plots)
+    lines += _memory_section(results)
+    lines += _cpu_section(results)
+    return "\n".join(lines) + "\n"
+
+
+def _throughput_section(results: dict, plots: list[str]) -> list[str]:
+    ratios = throughput_ratios(results)
+    by_variant: dict[str, list] = {}
+    for r in results.get("throughput", []):
+        by_variant.setdefault(r["variant"], []).append(r)
+    rows = []
+    for variant, runs in by_variant.items():
+        timing = [r.get("ps_timing") or {} for r in runs]
+        rows.append({
+            "variant": "Horovod, no PS (reference)" if variant == "reference" else variant,
+            "samples/s": _spread([r.get("samples_per_s") for r in runs], "{:.0f}"),
+            "ratio": ("none / this: " if variant == "reference" else "") + (_spread(ratios.get(variant, []))
+                                                                            if variant != "none" else "1"),
+            "PS recv / apply / after / send (ms)": " / ".join(
+                "n/a" if _med([t.get(k) for t in timing]) is None else f"{_med([t.get(k) for t in timing]) * 1000:.2f}"
+                for k in ("recv_s", "apply_s", "after_s", "send_s")) if variant != "reference" else "-",
+            "completed": f"{sum(1 for r in runs if r.get('completed', True))}/{len(runs)}"})
+    out = ["## Throughput without failures", "", _table(rows), "",
+           "`after` is what the PS does after the SGD step and before it answers: the chain replication "
+           "(with K=1 the wait for the tail's acknowledgement) or the checkpoint's in-memory copy.", ""]
+    if "throughput.png" in plots:
+        out += ["![throughput ratios](throughput.png)", ""]
+    return out
+
+
+def _failure_section(results: dict) -> list[str]:
+    f = failure_figures(results)
+    rows = []
+    for mode, d in f["by_mode"].items():
+        rows.append({"mode": mode, "kills": d["kills"], "detected": len(d["detections"]),
+                     "detection p50 / p95 (s)": _pair(d["detections"]),
+                     "recovery p50 / max (s)": f"{_fmt(_med(d['recovery']))} / {_fmt(max(d['recovery'], default=None))}",
+                     "worker idle p50 / max (s)": f"{_fmt(_med(d['idle']))} / {_fmt(max(d['idle'], default=None))}",
+                     "lost steps": ", ".join(str(x) for x in d["lost"]) or "-",
+                     "completed": d["completed"]})
+    return ["## Failure costs", "",
+            f"One run per mode with PS SIGKILLs {results.get('plan', {}).get('kill_gap_s')} s apart, "
+            "`--restart-delay 0` (the replacement is started as soon as the death is known, so recovery is psbench's "
+            "own cost), chain with 2 replicas. Detection: kill to the first rank that noticed; recovery: kill to the "
+            "first applied step after it (chain: on the promoted head); idle: the workers' seconds without "
+            "computing.", "", _table(rows), "",
+            f"All kills together: detection p50 / p95 {_pair(f['detections'])} s over {len(f['detections'])} kills.", ""]
+
+
+def _pair(xs) -> str:
+    return f"{_fmt(_med(xs))} / {_fmt(_pct(xs, 95))}"
+
+
+def _fmt(x, digits: int = 3) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f}"
+
+
+def _scaling_section(results: dict, plots: list[str]) -> list[str]:
+    bw = results.get("memory_bandwidth_Bps")
+    disk = results.get("disk_bandwidth_Bps")
+    rows = [{"parameters": f"{r['params'] / 1e6:.1f}M", "MiB": f"{r['MiB']:.0f}",
+             "recv / apply / send (ms)": f"{r['recv'] * 1e3:.2f} / {r['apply'] * 1e3:.2f} / {r['send'] * 1e3:.2f}",
+             "per update (ms)": f"{r['total'] * 1e3:.2f}", "floor (ms)": f"{r['floor'] * 1e3:.2f}",
+             "x floor": f"{r['ratio']:.2f}",
+             "checkpoint write (s)": _fmt(r["ckpt_s"]), "its floor (s)": _fmt(r["ckpt_floor"]),
+             "x floor ": _fmt(r["ckpt_ratio"], 2)} for r in scaling_rows(results)]
+    out = ["## PS time per update against the memory-bandwidth floor", "",
+           f"Memory bandwidth (single-threaded numpy copy, read + write): "
+           f"{bw / 1e9:.2f} GB/s; disk (write + fsync): {disk / 1e9:.2f} GB/s." if bw and disk else "",
+           "", "synthetic MLP, 1 worker, checkpoint mode (a checkpoint every quarter of the run). Floor of an "
+           "update: receiving the gradient moves 2x the model's bytes (read + write), the SGD step 3x (read "
+           "weights and gradient, write weights), sending the weights 2x; bytes / bandwidth. Checkpoint floor: "
+           "serialising and writing move 4x the file's bytes in memory, plus the file / disk bandwidth.", "",
+           _table(rows), ""]
+    if "scaling.png" in plots:
+        out += ["![PS time per update](scaling.png)", ""]
+    return out
+
+
+def _memory_section(results: dict) -> list[str]:
+    rows = []
+    for group, runs in _group(results.get("throughput", [])).items():
+        roles = sorted({k for r in runs for k in (r.get("usage") or {})}, key=_role_order)
+        for role in roles:
+            rows.append({"variant": group, "process": role,
+                         "peak RSS (MiB)": _fmt(_med([(r.get("usage") or {}).get(role, {}).get("maxrss_mb") for r in runs]), 0)})
+    mem = []
+    for r in results.get("memory", []):
+        usage = r.get("usage") or {}
+        numel = r.get("numel") or 0
+        mem.append({"policy": r["policy"], "buffered updates": r["buffered"], "dropped": r["dropped"],
+                    "vectors kept": r["vectors"], "buffer (MiB)": f"{r['vectors'] * numel * 4 / MiB:.1f}",
+                    "worker0 (buffers) peak RSS (MiB)": _fmt((usage.get("worker0") or {}).get("maxrss_mb"), 0),
+                    "worker1 (no buffer) peak RSS (MiB)": _fmt((usage.get("worker1") or {}).get("maxrss_mb"), 0),
+                    "completed": r.get("completed")})
+    bound = results.get("plan", {}).get("max_buffered")
+    return ["## Memory", "", "Peak RSS per process (median over the repetitions):", "", _table(rows), "",
+            f"Stateless buffer by replay policy: one PS kill, the replacement spawned after a delay, so the "
+            f"leader (worker0) buffers for several seconds. `paper` and `mean` add every gradient into one "
+            f"model-sized vector; `sequential` and `staleness` keep each one, at most `--max-buffered {bound}`, "
+            "and count the rest as dropped.", "", _table(mem), ""]
+
+
+def _cpu_section(results: dict) -> list[str]:
+    rows = []
+    for group, runs in _group(results.get("throughput", []) + [
+            {"variant": f"failures: {f['mode']}", "usage": f.get("usage")} for f in results.get("failures", [])]).items():
+        roles = sorted({k for r in runs for k in (r.get("usage") or {})}, key=_role_order)
+        for role in roles:
+            us = [(r.get("usage") or {}).get(role) or {} for r in runs]
+            rows.append({"variant": group, "process": role, "CPU s": _fmt(_med([u.get("cpu_s") for u in us]), 1),
+                         "wall s": _fmt(_med([u.get("wall_s") for u in us]), 1),
+                         "CPU / wall": _fmt(_med([u.get("cpu_s") / u["wall_s"] if u.get("wall_s") else None
+                                                  for u in us]), 2)})
+    return ["## CPU time per rank", "",
+            f"{results.get('machine', {}).get('cores', '?')} cores. CPU seconds (all threads) against the "
+            "process's wall time, median over the repetitions. A rank that waits on MPI in a busy loop would "
+            "show close to 1.0 (a whole core) while it waits; the PS and the replicas wait most of the time. "
+            "psbench waits by polling `MPI_Test` with a sleep that backs off to 1 ms (psmodes/transport.py); "
+            "the workers compute, so theirs is high by design.", "", _table(rows), ""]
+
+
+def _group(runs: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for r in runs:
+        out.setdefault(r["variant"], []).append(r)
+    return out
+
+
+def _role_order(name: str) -> tuple:
+    order = {"ps": 0, "replica": 1, "worker": 2, "evaluator": 3}
+    kind = next((k for k in order if name.startswith(k)), "z")
+    return order.get(kind, 9), name
+
+
+# ---- plots
+def _plot_ratios(results: dict, path: Path) -> Path | None:
+    ratios = throughput_ratios(results)
+    if not ratios:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(ratios)
+    med = [np.median(ratios[n]) for n in names]
+    lo = [m - min(ratios[n]) for m, n in zip(med, names)]
+    hi = [max(ratios[n]) - m for m, n in zip(med, names)]
+    labels = ["none / Horovod" if n == "reference" else n for n in names]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.bar(labels, med, yerr=[lo, hi], capsize=4, color="#4c72b0")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_ylabel("samples/s ratio (median, min-max)")
+    ax.set_title("Throughput without failures, against --mode none")
+    ax.tick_params(axis="x", rotation=30)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _plot_scaling(results: dict, path: Path) -> Path | None:
+    rows = scaling_rows(results)
+    if not rows:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x = [r["params"] for r in rows]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.loglog(x, [r["total"] * 1e3 for r in rows], "o-", label="PS time per update (recv + apply + send)")
+    ax.loglog(x, [r["floor"] * 1e3 for r in rows], "k--", label="memory-bandwidth floor")
+    ax.loglog(x, [FLOOR_TARGET * r["floor"] * 1e3 for r in rows], ":", color="grey", label=f"{FLOOR_TARGET:g}x floor")
+    ax.set_xlabel("model parameters")
+    ax.set_ylabel("ms")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

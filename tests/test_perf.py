@@ -1,0 +1,104 @@
+"""psbench perf: the measurement runs end to end (real mpirun, the real Horovod
+reference trainer, real kills) and its report holds every section; the derived
+figures (paired ratios, the memory floor) are computed as documented. The
+targets themselves are not asserted here: speed lives in the benchmark's
+report, not in timed tests on a noisy machine."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from launch.perfreport import floor_seconds, targets, throughput_ratios
+
+PSBENCH = [sys.executable, "-m", "launch.cli"]
+
+
+def test_ratios_are_paired_within_a_repetition():
+    results = {"throughput": [
+        {"variant": "reference", "rep": 0, "samples_per_s": 1000.0},
+        {"variant": "none", "rep": 0, "samples_per_s": 900.0, "completed": True},
+        {"variant": "stateless", "rep": 0, "samples_per_s": 450.0, "completed": True},
+        {"variant": "reference", "rep": 1, "samples_per_s": 500.0},
+        {"variant": "none", "rep": 1, "samples_per_s": 500.0, "completed": True},
+        {"variant": "stateless", "rep": 1, "samples_per_s": 500.0, "completed": True},
+        {"variant": "stateless", "rep": 2, "samples_per_s": 500.0, "completed": True},  # no none in rep 2: unpaired
+    ]}
+    ratios = throughput_ratios(results)
+    assert ratios["stateless"] == [0.5, 1.0]
+    assert ratios["reference"] == [0.9, 1.0]
+
+
+def test_floor_counts_bytes_moved_per_phase():
+    fl = floor_seconds(1_000_000, bandwidth=8e9)
+    assert fl["recv"] == pytest.approx(2 * 4e6 / 8e9)
+    assert fl["apply"] == pytest.approx(3 * 4e6 / 8e9)
+    assert fl["send"] == pytest.approx(2 * 4e6 / 8e9)
+
+
+def test_a_missed_target_says_by_how_much():
+    results = {"plan": {"workers": 2}, "throughput": [
+        {"variant": "reference", "rep": 0, "samples_per_s": 1000.0},
+        {"variant": "none", "rep": 0, "samples_per_s": 800.0, "completed": True,
+         "ps_timing": {"recv_s": 0.001, "apply_s": 0.001, "send_s": 0.001}}]}
+    row = next(r for r in targets(results) if r["figure"].startswith("PS overhead"))
+    assert row["measured"] == "0.800"
+    assert row["status"].startswith("MISSED by 0.100")
+    assert "3.0 ms" in row["breakdown"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--reps", "0"], "--reps must be a positive integer"),
+    (["--sizes", "big"], "--sizes 'big'"),
+    (["--workers", "1"], "--workers must be at least 2"),
+    (["--from", "/nonexistent"], "no perf.json there"),
+    (["--quikc"], "did you mean --quick"),
+])
+def test_bad_input_is_one_line_and_status_2(args, message, tmp_path):
+    out = subprocess.run(PSBENCH + ["perf", "--out", str(tmp_path / "r"), *args], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 2
+    assert message in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow
+def test_quick_perf_measures_every_section(tmp_path):
+    report, runs = tmp_path / "report", tmp_path / "runs"
+    out = subprocess.run(PSBENCH + ["perf", "--quick", "--out", str(report), "--runs", str(runs)],
+                         capture_output=True, text=True, timeout=1500)
+    assert out.returncode == 0, out.stderr[-3000:]
+    results = json.loads((runs / "perf.json").read_text())
+    by = {(r["variant"], r["rep"]): r for r in results["throughput"]}
+    assert by[("reference", 0)]["samples_per_s"] > 0
+    for variant in ("none", "checkpoint K=10", "chain K=1 R=1", "stateless"):
+        run = by[(variant, 0)]
+        assert run["completed"] and run["samples_per_s"] > 0, variant
+        # every process reported its CPU time and peak RSS; the PS its per-update timing
+        assert {"ps", "worker0", "worker1"} <= set(run["usage"]), variant
+        assert run["ps_timing"]["updates"] == 60 and run["ps_timing"]["recv_s"] > 0, variant
+    assert {"replica1"} <= set(by[("chain K=1 R=1", 0)]["usage"])
+    for f in results["failures"]:
+        assert f["completed"] and f["kills"] == 1 and len(f["detections"]) == 1, f
+        assert f["recoveries"] and f["recoveries"][0]["recovery_s"] > 0, f
+    assert [s["params"] for s in results["scaling"]] == [200_000, 2_000_000]
+    assert all(s["ps_timing"]["recv_s"] > 0 and s["checkpoint_write_s"] > 0 for s in results["scaling"])
+    mem = {m["policy"]: m for m in results["memory"]}
+    # paper aggregates in place: one model-sized vector whatever the count; sequential keeps at most the bound
+    assert mem["paper"]["vectors"] == 1 and mem["paper"]["buffered"] > 1
+    assert 1 <= mem["sequential"]["vectors"] <= 32
+    assert mem["sequential"]["buffered"] == mem["sequential"]["vectors"]  # the dropped ones are counted apart
+    text = (report / "report.md").read_text()
+    for heading in ("## Targets", "## Throughput without failures", "## Failure costs",
+                    "## PS time per update against the memory-bandwidth floor", "## Memory", "## CPU time per rank"):
+        assert heading in text
+    assert "PS overhead (none / Horovod)" in text and "Quick mode" in text
+    assert (report / "throughput.png").stat().st_size > 0 and (report / "scaling.png").stat().st_size > 0
+    # the report renders again from perf.json alone
+    again = subprocess.run(PSBENCH + ["perf", "--from", str(runs), "--out", str(tmp_path / "again")],
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert (tmp_path / "again" / "report.md").read_text() == text
