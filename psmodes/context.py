@@ -11,6 +11,7 @@ polls, which is where a pending announcement is noticed.
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import numpy as np
@@ -19,12 +20,13 @@ from mpi4py import MPI
 
 from benchmarks.registry import get as get_workload
 
-from . import transport
+from . import killpoints, transport
 from .cluster import Cluster, full_layout
 from .config import RunConfig
 from .events import EventLog
 
 ACTION_NONE, ACTION_SPAWN = 0, 1
+SPAWN_TRIES = 3  # a death during the spawn is repaired (shrink, spawn again) this many times in all
 
 
 def no_repair(cfg: RunConfig) -> str:
@@ -75,7 +77,22 @@ class Context:
         ANY_SOURCE receive, which ULFM fails with ERR_PROC_FAILED_PENDING as soon
         as any member of the communicator has died, so each rank notices on its
         own; the workers are told by the leader.
+
+        If the leader's respawn announcement had already arrived, the leader is
+        in the spawn, where it sees the same death and shrinks too (see
+        :meth:`respawn`): this rank then raises :class:`RespawnNow` after the
+        shrink and joins the spawn again instead of waiting for an announcement.
         """
+        announced = self._announced()
+        dead = self._shrink(exc, via)
+        if announced:
+            self._action_req = None
+            raise RespawnNow()
+        self._post_action()
+        return dead
+
+    def _shrink(self, exc: transport.PeerFailed, via: str) -> list:
+        """Drop the dead from the world (every survivor takes part); RunFailed when the run cannot go on."""
         t_detect = time.time()
         workers = [r.label for r in self.failed_roles() if r.kind == "worker"]
         if workers:
@@ -91,8 +108,23 @@ class Context:
             # the head and every replica died before a new tail joined: no copy of the state survives
             raise RunFailed(f"chain: the head and all replicas died ({', '.join(r.label for r in dead)}); "
                             "no copy of the PS state survives")
-        self._post_action()
+        if self.cluster.leader is None:
+            raise RunFailed("the leader worker died; the run cannot continue")
         return dead
+
+    def _announced(self) -> bool:
+        """Whether the leader's respawn announcement has arrived (a failed wait counts as not)."""
+        if self._action_req is None:
+            return False
+        try:
+            done = transport.test(self._action_req, "wait for repair announcement")
+        except transport.PeerFailed:
+            return False
+        if done:
+            self._action_req = None
+            if self._action_buf[0] == ACTION_SPAWN:
+                return True
+        return False
 
     def failed_roles(self) -> list:
         """The roles of the world's members that ULFM knows to have failed (a local call)."""
@@ -112,17 +144,19 @@ class Context:
         end the loop (a replica promoted to head runs on as the PS)."""
         while True:
             try:
-                return body()
-            except transport.PeerFailed as exc:
-                if self.cfg.dies_with_ps:
-                    raise RunFailed(f"a peer died ({exc}); {no_repair(self.cfg)}") from None
-                self.after_failure(exc, via=via)
-                if after_failure is not None and (result := after_failure()) is not None:
-                    return result
+                try:
+                    return body()
+                except transport.PeerFailed as exc:
+                    if self.cfg.dies_with_ps:
+                        raise RunFailed(f"a peer died ({exc}); {no_repair(self.cfg)}") from None
+                    self.after_failure(exc, via=via)  # RespawnNow: the respawn was announced already
+                    if after_failure is not None and (result := after_failure()) is not None:
+                        return result
             except RespawnNow:
                 self.respawn()
-                if after_respawn is not None:
-                    after_respawn()
+                # after_respawn may end the loop too (a replica promoted while the head died in the spawn)
+                if after_respawn is not None and (result := after_respawn()) is not None:
+                    return result
 
     def _post_action(self) -> None:
         if self.cluster.leader is None:
@@ -155,12 +189,59 @@ class Context:
         raise transport.PeerTimeout(f"no repair announced within {timeout:.0f} s")
 
     def respawn(self) -> float:
-        missing = self.cluster.missing(full_layout(self.cfg))
-        seconds = self.cluster.respawn(missing, self.cfg.run_dir, full_layout(self.cfg))
+        """Every survivor: spawn the missing roles (collective), after the leader's announcement.
+
+        A death during the spawn (a kill that lands while the replacement is
+        starting: MPI_Comm_spawn, the merge and the split fail with
+        ERR_PROC_FAILED) is repaired like any other: the survivors shrink the
+        world again (a chain replica may become the head) and spawn what is
+        missing now, up to :data:`SPAWN_TRIES` attempts in all, each bounded by
+        the outage timeout. Only a death that leaves no copy of the PS state
+        (chain: head and all replicas) or kills a worker ends the run, with the
+        same one-line reason as a death outside the spawn."""
+        full = full_layout(self.cfg)
+        t0 = time.monotonic()
+        for attempt in range(1, SPAWN_TRIES + 1):
+            missing = self.cluster.missing(full)
+            try:
+                if self.cluster.me.kind == "ps" and missing:  # the spawn's root (rank 0)
+                    killpoints.reached("spawn", self, attempt=attempt, missing=[r.label for r in missing])
+                self._bounded(lambda: self.cluster.respawn(missing, self.cfg.run_dir, full),
+                              self.outage_timeout, "spawn")
+                break
+            except transport.PeerFailed as exc:
+                self.log.emit("spawn_failed", attempt=attempt, error=str(exc), spawning=[r.label for r in missing],
+                              role=self.cluster.me.label, rank=self.cluster.rank)
+                if attempt == SPAWN_TRIES:
+                    raise RunFailed(f"the spawn of the missing roles failed {SPAWN_TRIES} times, "
+                                    f"the last time: {exc}") from None
+                self._shrink(exc, via="spawn")
+        seconds = time.monotonic() - t0
         self._action_req = None
-        self.log.emit("respawned", spawned=[r.label for r in missing], seconds=seconds,
+        self.log.emit("respawned", spawned=[r.label for r in missing], seconds=seconds, attempts=attempt,
                       role=self.cluster.me.label, rank=self.cluster.rank, generation=self.cluster.generation)
         return seconds
+
+    @staticmethod
+    def _bounded(fn, timeout: float, what: str):
+        """Run a blocking collective (MPI_Comm_spawn has no timeout of its own) on a helper
+        thread; PeerTimeout if it has not returned in ``timeout`` s (the run is then hung)."""
+        box: dict = {}
+
+        def target():
+            try:
+                box["result"] = fn()
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                box["error"] = exc
+
+        thread = threading.Thread(target=target, name=what, daemon=True)
+        thread.start()
+        thread.join(timeout)
+        if thread.is_alive():
+            raise transport.PeerTimeout(f"{what}: not done in {timeout:.0f} s")
+        if "error" in box:
+            raise box["error"]
+        return box.get("result")
 
 
 def pick_device(cfg: RunConfig) -> torch.device:

@@ -23,7 +23,9 @@ Points (where each is reached):
 - ``replay``: stateless replacement, between replayed updates (before the
   second, or before the only one);
 - ``takeover``: a replacement PS (respawned or promoted), right after its
-  first answer to the workers.
+  first answer to the workers;
+- ``spawn``: chain head, the root of the survivors' collective spawn of the
+  missing roles, just before it starts them (the others wait in the spawn).
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ import socket
 from pathlib import Path
 
 ENV = "PSBENCH_KILL_POINT"
-POINTS = ("apply", "send_weights", "checkpoint_write", "chain_forward", "replay", "takeover")
+POINTS = ("apply", "send_weights", "checkpoint_write", "chain_forward", "replay", "takeover", "spawn")
 
 
 def armed_from_env(value: str | None) -> dict[str, list[int]]:

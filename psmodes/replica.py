@@ -32,17 +32,36 @@ class Replica:
 
     def run(self) -> None:
         self.ctx.resilient(self._follow, via="replica", after_failure=self._after_failure,
-                           after_respawn=lambda: write_pid_file(self.ctx, self.ctx.cluster.me.label))
+                           after_respawn=self._after_respawn)
 
     def _after_failure(self) -> bool | None:
         """Promoted to head: run on as the PS with the replicated state."""
         ctx = self.ctx
         if ctx.cluster.me.kind == "ps":
-            ctx.log.emit("promoted", version=self.version, role="ps")
-            make_server(ctx, opt=self.opt, prev=self.prev, t0_ms=self.t0_ms, fresh=False).run()
+            self._run_as_head(replicate_first=False)
             return True
         write_pid_file(ctx, ctx.cluster.me.label)  # moved up the chain
         return None
+
+    def _after_respawn(self) -> bool | None:
+        """The head died during the spawn and this replica was promoted in its repair
+        (:meth:`Context.respawn`): run on as the PS, after handing its state to the
+        replicas just spawned (they start empty)."""
+        ctx = self.ctx
+        if ctx.cluster.me.kind == "ps":
+            self._run_as_head(replicate_first=True)
+            return True
+        write_pid_file(ctx, ctx.cluster.me.label)
+        return None
+
+    def _run_as_head(self, replicate_first: bool) -> None:
+        ctx = self.ctx
+        ctx.log.emit("promoted", version=self.version, role="ps")
+        server = make_server(ctx, opt=self.opt, prev=self.prev, t0_ms=self.t0_ms, fresh=False)
+        if replicate_first:
+            ctx.resilient(lambda: server._replicate(wait_ack=True), via="ps",
+                          after_respawn=lambda: server._replicate(wait_ack=True))
+        server.run()
 
     def _follow(self) -> bool:
         """Follow the chain until STOP (True)."""

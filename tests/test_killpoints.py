@@ -11,7 +11,8 @@ checkpoint on disk loads, stateless applies every buffered update exactly once.
 (a) apply (b) send_weights (c) checkpoint_write (d) chain_forward (e) replay
 (f) takeover: kill the replacement right after its first answer (g) two kills
 closer than the detection latency: chain head and tail 10 ms apart, or the PS and
-then its replacement as soon as it registers (``+0``).
+then its replacement as soon as it registers (``+0``) (h) the promoted chain head
+killed while the survivors spawn the new tail: they shrink and spawn again.
 """
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ CASES = [
     ("chain", "f-takeover", ["--kill-ps", "point:apply@100,point:takeover"], 2),
     ("chain", "g-head_and_tail_10ms", ["--kill-ps", "point:apply@100", "--kill-replica", "+10ms"], 2),
     ("chain", "g-promoted_head_at_once", ["--kill-ps", "point:apply@100,+0"], 2),
+    ("chain", "h-head_in_spawn", ["--kill-ps", "point:apply@100,point:spawn"], 2),
     ("stateless", "a-apply", ["--kill-ps", "point:apply@100"], 1),
     ("stateless", "b-send_weights", ["--kill-ps", "point:send_weights@100"], 1),
     ("stateless", "e-replay", ["--kill-ps", "point:apply@100,point:replay"], 2),
@@ -111,6 +113,27 @@ def test_kill_point(tmp_path, mode, case, args, n_kills):
         # both dead before the survivors had seen the first death: one detection, one repair
         gap = s["kills"][1]["t_s"] - s["kills"][0]["t_s"]
         assert 0.01 <= gap < 0.1, gap
+    if case == "h-head_in_spawn":
+        check_spawn_retried(out)
+
+
+def check_spawn_retried(out) -> None:
+    """The survivors' first spawn failed (the root died in it); they shrank and spawned again."""
+    failed = events(out, "spawn_failed")
+    assert failed and all(f["attempt"] == 1 for f in failed), failed
+    assert {f["who"] for f in failed} >= {"worker0", "worker1", "evaluator"}, failed
+    again = [e for e in events(out, "respawned") if e.get("attempts") == 2]
+    assert {e["who"] for e in again} >= {"worker0", "worker1", "evaluator"}, again
+
+
+def test_kill_in_spawn_without_a_replica_left_fails_cleanly(tmp_path):
+    """One replica: the promoted head killed in the spawn of the new tail leaves no copy of the
+    state. The run ends at once with the chain's one-line reason, not a spawn error or a hang."""
+    out, s = run_ok(tmp_path, *SYN, "--mode", "chain", "--replicas", "1", "--kill-ps", "point:apply@100,point:spawn",
+                    expect_complete=False)
+    assert not s["completed"] and len(s["kills"]) == 2
+    assert "no copy of the PS state survives" in s["exit_reason"], s["exit_reason"]
+    assert s["wall_s"] < 60
 
 
 @pytest.mark.parametrize("mode, case, args, n_kills", ASYNC_CASES,
