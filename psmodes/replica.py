@@ -80,12 +80,21 @@ class Replica:
             if hdr[0] != tp.STATE:
                 raise RunFailed(f"replica got an unexpected message kind {hdr[0]}")
             tp.recv_payload(c.world, self.incoming.numpy(), pred, tp.TAG_CHAIN, ctx.peer_timeout, "replica receives state")
-            if self.version >= 0:
-                self.prev = (self.version, self.opt.weights.clone())
             version = int(hdr[1])
+            # forward (or acknowledge) first, keep the copies while it travels: the head waits for the
+            # tail's ACK on every strict update, so this replica's own bookkeeping stays off that path
+            if succ is not None:
+                reqs = tp.isend(c.world, hdr, self.incoming.numpy(), succ, tp.TAG_CHAIN)
+            elif hdr[3]:
+                reqs = tp.isend(c.world, tp.header(tp.ACK, version), None, 0, tp.TAG_ACK)
+            else:
+                reqs = []
+            if self.version >= 0:
+                if self.prev is None:
+                    self.prev = (self.version, self.opt.weights.clone())
+                else:  # reuse the buffer: no allocation per update
+                    self.prev[1].copy_(self.opt.weights)
+                    self.prev = (self.version, self.prev[1])
             self.opt.unpack(self.incoming, version)
             self.version, self.t0_ms = version, int(hdr[4])
-            if succ is not None:
-                tp.send(c.world, hdr, self.incoming.numpy(), succ, tp.TAG_CHAIN, ctx.peer_timeout, "replica forwards")
-            elif hdr[3]:
-                tp.send(c.world, tp.header(tp.ACK, version), None, 0, tp.TAG_ACK, ctx.peer_timeout, "tail acknowledges")
+            tp.wait(reqs, ctx.peer_timeout, "replica forwards" if succ is not None else "tail acknowledges")

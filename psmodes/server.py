@@ -120,6 +120,7 @@ class ParameterServer:
         self._eval_buf = np.zeros(self.numel, dtype=np.float32)
         self._next_eval = 0.0
         self._repl_reqs: list = []
+        self._repl_world = None  # the world _repl_reqs were posted on
         self._repl_buf = torch.zeros(self.opt.state_numel)
         self.timing = UpdateTiming()
         # sync SGD without momentum: after each gradient the workers can apply it themselves (the same
@@ -173,9 +174,11 @@ class ParameterServer:
         ctx = self.ctx
         if not self.started and self.writer is not None:
             self.writer.submit(ckpt.make_state(self.opt.weights, self.opt.buf, self.opt.version, ctx.cfg.seed))
-        # after a respawn in chain mode the new tail gets the whole state at once
-        ctx.resilient(self._serve, via="ps",
-                      after_respawn=(lambda: self._replicate(wait_ack=True)) if ctx.cfg.mode == "chain" else None)
+        # after a respawn in chain mode the new tail gets the whole state at once; after a shrink the
+        # sends still posted to the chain are forgotten (also by _finish's wait for them)
+        chain = ctx.cfg.mode == "chain"
+        ctx.resilient(self._serve, via="ps", after_failure=self._drop_stale_replication if chain else None,
+                      after_respawn=(lambda: self._replicate(wait_ack=True)) if chain else None)
 
     def _serve(self) -> None:
         ctx = self.ctx
@@ -305,19 +308,39 @@ class ParameterServer:
 
     # ---- chain replication
     def _replicate(self, wait_ack: bool) -> None:
+        """Send the state down the chain (strict: and wait for the tail's ACK).
+
+        Every wait here also watches for a respawn announcement (``ctx.idle``):
+        under ``--consistency async`` the leader announces at any time, also while
+        the head is replicating, and a replica that notices it first goes into the
+        collective spawn without posting the receive for this state; a head that
+        only waited for the send (or the ACK) then waited for a replica that waits
+        for it in the spawn, until the peer timeout. The head joins the spawn too,
+        and after it sends the whole state again (``after_respawn``)."""
         c, ctx = self.ctx.cluster, self.ctx
         if not c.replicas:
             return
-        tp.wait(self._repl_reqs, ctx.peer_timeout, "previous replication")
+        self._drop_stale_replication()
+        tp.wait(self._repl_reqs, ctx.peer_timeout, "previous replication", on_idle=ctx.idle)
         self.opt.pack(self._repl_buf)
         hdr = tp.header(tp.STATE, self.opt.version, 0, int(wait_ack), self.t0_ms)
         self._repl_reqs = tp.isend(c.world, hdr, self._repl_buf.numpy(), c.replicas[0], tp.TAG_CHAIN)
+        self._repl_world = c.world
         killpoints.reached("chain_forward", ctx, version=self.opt.version)
         if wait_ack:
-            tp.wait(self._repl_reqs, ctx.peer_timeout, "replicate to the chain")
-            ack, _ = tp.recv_header(c.world, MPI.ANY_SOURCE, tp.TAG_ACK, ctx.peer_timeout, "tail acknowledges")
+            tp.wait(self._repl_reqs, ctx.peer_timeout, "replicate to the chain", on_idle=ctx.idle)
+            ack, _ = tp.recv_header(c.world, MPI.ANY_SOURCE, tp.TAG_ACK, ctx.peer_timeout, "tail acknowledges",
+                                    on_idle=ctx.idle)
             if ack[1] != self.opt.version:
                 raise RunFailed(f"tail acknowledged version {ack[1]}, head is at {self.opt.version}")
+
+    def _drop_stale_replication(self) -> None:
+        """Sends posted on a world that was repaired since (shrink, spawn) can never complete:
+        the replicas post their receives on the new world. Forget them (the next replication
+        carries the whole state) instead of waiting for them until the peer timeout."""
+        if self._repl_world is not None and self._repl_world is not self.ctx.cluster.world:
+            self._repl_reqs = []
+            self._repl_world = None
 
     # ---- idle work: evaluator snapshots
     def _idle(self) -> None:
@@ -366,5 +389,5 @@ class ParameterServer:
                          t_snapshot=time.time(), t0_ms=self.t0_ms, samples=None)
         if self.writer is not None:
             self.writer.close()
-        ctx.log.emit("ps_timing", numel=self.numel, **self.timing.medians())
+        ctx.log.emit("ps_timing", numel=self.numel, sends_weights=not self.workers_apply, **self.timing.medians())
         ctx.log.emit("done", version=self.opt.version, completed=True, digest=digest(self.opt.weights))

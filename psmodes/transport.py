@@ -30,6 +30,8 @@ TAG_SENTINEL = 18    # never sent: an ANY_SOURCE receive on it fails as soon as 
 GRAD, WEIGHTS, STOP, SNAPSHOT, STATE, ACK, HELLO, BUFFERED, READY = range(1, 10)
 HEADER_LEN = 8
 
+SHORT_POLL = 2e-4  # the longest sleep between polls of a wait that is short and on the critical path
+
 FAILURE_CLASSES = {MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING, MPI.ERR_REVOKED}
 
 
@@ -64,6 +66,10 @@ def _classify(exc: MPI.Exception, what: str) -> Exception:
 
 def wait(reqs, timeout: float, what: str, poll: float = 0.001, on_idle=None, status=None) -> None:
     """Wait for one request or a list of them, or raise PeerFailed / PeerTimeout.
+
+    Polls with a sleep that doubles from 20 us up to ``poll`` seconds: a long wait costs
+    about one wake-up a millisecond; waits that are short and on every step's critical path
+    (the leader's answer from the PS, the control header) pass :data:`SHORT_POLL`.
 
     ``on_idle`` is called between polls (the PS serves the evaluator there);
     ``status`` (single request only) receives the completed request's status."""
@@ -116,13 +122,13 @@ def isend(comm: MPI.Comm, hdr: np.ndarray, payload: np.ndarray | None, dest: int
 
 
 def recv_header(comm: MPI.Comm, source: int, tag: int, timeout: float, what: str,
-                on_idle=None) -> tuple[np.ndarray, int]:
-    """Receive one header; returns (header, source rank)."""
+                on_idle=None, poll: float = 0.001) -> tuple[np.ndarray, int]:
+    """Receive one header; returns (header, source rank). ``poll``: see :func:`wait`."""
     hdr = np.empty(HEADER_LEN, dtype=np.int64)
     status = MPI.Status()
     req = comm.Irecv(hdr, source, tag)
     try:
-        wait(req, timeout, what, on_idle=on_idle, status=status)
+        wait(req, timeout, what, poll=poll, on_idle=on_idle, status=status)
     except BaseException:
         _cancel(req)
         raise

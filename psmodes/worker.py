@@ -54,7 +54,15 @@ class Worker:
         self.x, self.y = ctx.workload.load_train(cfg)
         self.batches = shard_batches(len(self.y), self.index, cfg.workers, ctx.batch_size, cfg.seed)
         # sync averages gradients over the workers; async workers push their own
-        self.allreducer = None if cfg.is_async else Allreducer(cfg.allreduce, worker_comm, ctx.device)
+        # Horovod: overlap the allreduces with backward, unless a --slow-worker must be waited for
+        # after its sleep (its hooks would hand its gradients over before it); on a GPU only with
+        # NCCL (device tensors)
+        overlap = cfg.allreduce == "horovod" and cfg.workers > 1 and not cfg.slow_worker
+        self.allreducer = None if cfg.is_async else Allreducer(cfg.allreduce, worker_comm, ctx.device,
+                                                               fusion=not overlap)
+        a = self.allreducer
+        if a is not None and overlap and (ctx.device.type == "cpu" or a.on_device):
+            a.overlap([p for p in self.flat.model.parameters() if p.requires_grad], self.flat.grads)
         spec = cfg.slow_worker_spec
         self.slow_factor = spec[1] if spec and spec[0] == self.index else 1.0
         self.loss_fn = torch.nn.CrossEntropyLoss()
@@ -100,6 +108,10 @@ class Worker:
         if self.allreducer is None:
             if self.grad_host is not self.flat.grads:
                 self.grad_host.copy_(self.flat.grads)
+        elif self.allreducer.overlapping:  # started by the hooks during backward
+            self.allreducer.wait_(self.ctx.peer_timeout)
+            if self.grad_host is not self.flat.grads:
+                self.grad_host.copy_(self.flat.grads)
         elif self.allreducer.on_device:  # NCCL Horovod: reduce on the GPU, then stage
             self.allreducer.average_(self.flat.grads, self.ctx.peer_timeout)
             self.grad_host.copy_(self.flat.grads)
@@ -122,7 +134,7 @@ class Worker:
             reqs = [comm.Isend(self.ctrl, r, tp.TAG_CTRL) for r in range(1, comm.Get_size())]
         else:
             reqs = [comm.Irecv(self.ctrl, 0, tp.TAG_CTRL)]
-        tp.wait(reqs, timeout, "control header")
+        tp.wait(reqs, timeout, "control header", poll=tp.SHORT_POLL)
         return self.ctrl
 
     # ---- the loop
@@ -205,7 +217,8 @@ class Worker:
                 self._ps_lost(exc, t_send, compute_s)
                 return
             log.emit("step", version=self.version, applied=True, staleness=0, samples=self.samples_per_step,
-                     compute_s=round(compute_s, 6), loss=round(self.last_loss, 5))
+                     compute_s=round(compute_s, 6), allreduce_s=round(self.allreducer.last_s, 6),
+                     exchange_s=round(time.time() - t_send, 6), loss=round(self.last_loss, 5))
             if self.outage is not None:
                 self._recovered()
             self._set_ctrl(self.reply_weights, stop=DONE if stop else RUNNING, action=self._repair_action())
@@ -262,7 +275,8 @@ class Worker:
         tp.send(c.world, tp.header(tp.GRAD, self.version), self.grad_host.numpy(), c.ps, tp.TAG_TO_PS,
                 ctx.peer_timeout, "leader sends gradient")
         self.pending = True
-        hdr, _ = tp.recv_header(c.world, MPI.ANY_SOURCE, tp.TAG_FROM_PS, ctx.peer_timeout, "leader waits for weights")
+        hdr, _ = tp.recv_header(c.world, MPI.ANY_SOURCE, tp.TAG_FROM_PS, ctx.peer_timeout, "leader waits for weights",
+                                poll=tp.SHORT_POLL)
         if hdr[4]:
             self._recv_weights()
             self.reply_weights = RECEIVE
