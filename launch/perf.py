@@ -67,6 +67,8 @@ RATIO_TARGETS = [("PS overhead (none / Horovod)", "reference", 0.90),
                  ("chain K=1 R=2 / none", "chain K=1 R=2", 0.85)]
 FAILURE_MODES = ("checkpoint", "chain", "stateless")
 MEMORY_POLICIES = ("paper", "mean", "sequential", "staleness")
+SECTIONS = ("throughput", "failures", "scaling", "memory")
+PAUSE_S = 3.0
 FLOOR_TARGET = 3.0
 DETECTION_P50 = 1.5
 FAILOVER_P50 = 2.0
@@ -84,6 +86,7 @@ class Plan:
     max_buffered: int = 32
     variants: list[str] = field(default_factory=lambda: [v for v, _ in THROUGHPUT])
     policies: list[str] = field(default_factory=lambda: list(MEMORY_POLICIES))
+    sections: list[str] = field(default_factory=lambda: list(SECTIONS))
     data_dir: str | None = None
     quick: bool = False
 
@@ -100,6 +103,7 @@ def add_perf_parser(sub) -> None:
     p.add_argument("--kills", type=int, help="PS kills per mode in the failure runs (default 4; --quick 1)")
     p.add_argument("--max-buffered", type=int, default=32, help="the bound of the sequential/staleness buffers")
     p.add_argument("--data-dir", help="Fashion-MNIST folder (else $PSBENCH_DATA, else Debian's package)")
+    p.add_argument("--only", help=f"comma-separated sections to measure (default all: {', '.join(SECTIONS)})")
     p.add_argument("--quick", action="store_true", help="a small version of every section (minutes, not half an hour)")
     p.add_argument("--out", help="report folder (default reports/perf)")
     p.add_argument("--runs", help="folder of the runs and perf.json (default runs/perf-<time>)")
@@ -119,6 +123,11 @@ def plan_from_args(a: argparse.Namespace) -> Plan:
     _count(plan.max_buffered, 1, "--max-buffered")
     if plan.workers < 2:
         raise ConfigError("--workers must be at least 2 (the throughput runs compare data-parallel training)")
+    if a.only:
+        plan.sections = [s.strip() for s in a.only.split(",") if s.strip()]
+        unknown = [s for s in plan.sections if s not in SECTIONS]
+        if unknown or not plan.sections:
+            raise ConfigError(f"--only {a.only!r}: choose from {', '.join(SECTIONS)}")
     if a.sizes:
         try:
             plan.sizes = [int(float(x)) for x in a.sizes.split(",") if x.strip()]
@@ -227,19 +236,32 @@ class Perf:
     # ---- sections
     def throughput(self) -> None:
         p = self.plan
-        variants = [(label, f) for label, f in THROUGHPUT if label in p.variants]
+        variants = [("reference", None)] + [(label, f) for label, f in THROUGHPUT if label in p.variants]
         for rep in range(p.reps):
-            ref = self.reference(rep)
-            self.results["throughput"].append({"variant": "reference", "rep": rep,
-                                               "samples_per_s": ref["samples_per_s"],
-                                               "usage": {f"worker{i}": u for i, u in enumerate(ref["usage"])}})
-            self.save()
-            for label, fields in variants:
+            # each repetition starts one variant later: no variant always runs right after another
+            # (seen: the run right after the reference was 5-10% slower, whichever it was)
+            shift = rep % len(variants)
+            for label, fields in variants[shift:] + variants[:shift]:
+                time.sleep(PAUSE_S)  # the previous job's processes are gone, the machine settles
+                if fields is None:
+                    ref = self.reference(rep)
+                    self.results["throughput"].append({"variant": "reference", "rep": rep,
+                                                       "samples_per_s": ref["samples_per_s"],
+                                                       "leader": {"compute_s": ref.get("compute_s"),
+                                                                  "allreduce_s": ref.get("sync_step_s")},
+                                                       "usage": {f"worker{i}": u for i, u in enumerate(ref["usage"])}})
+                    self.save()
+                    continue
                 cfg = self.base(steps=p.steps, seed=rep, **fields)
                 s = self.run(cfg, f"{slug(label)}-r{rep}")
+                steps = [e for e in _events(Path(cfg.run_dir), ("step",)) if e["who"] == "worker0"]
+                split = {k: float(np.median([e[k] for e in steps if k in e])) if steps else None
+                         for k in ("compute_s", "allreduce_s", "exchange_s")}
+                gaps = np.diff([e["t"] for e in steps])
+                split["step_s"] = float(np.median(gaps)) if len(gaps) else None
                 self.results["throughput"].append({"variant": label, "rep": rep, "samples_per_s": s.get("samples_per_s"),
                                                    "completed": s.get("completed"), "usage": s.get("usage"),
-                                                   "ps_timing": s.get("ps_timing")})
+                                                   "ps_timing": s.get("ps_timing"), "leader": split})
                 self.save()
 
     def failures(self) -> None:
@@ -264,7 +286,7 @@ class Perf:
         for size in p.sizes:
             steps = int(min(200, max(12, 2e8 / size)))
             cfg = self.base(benchmark="synthetic", model_params=size, workers=1, steps=steps, mode="checkpoint",
-                            checkpoint_every=max(1, steps // 4), seed=0, data_dir=None, peer_timeout_s=300.0)
+                            checkpoint_every=max(1, steps // 2), seed=0, data_dir=None, peer_timeout_s=300.0)
             s = self.run(cfg, f"scaling-{size}")
             events = _events(Path(cfg.run_dir), ("checkpoint", "checkpoint_start"))
             writes = [e["write_s"] for e in events if e["ev"] == "checkpoint" and e["version"] > 0]
@@ -340,8 +362,8 @@ def cmd_perf(a: argparse.Namespace) -> int:
     perf.save()
     t0 = time.time()
     try:
-        for section in (perf.throughput, perf.failures, perf.scaling, perf.memory):
-            section()
+        for name in plan.sections:
+            getattr(perf, name)()
     finally:
         perf.results["wall_s"] = round(time.time() - t0, 1)
         perf.save()
