@@ -19,6 +19,7 @@ from psmodes.atomic import write_text_atomic
 from .perf import DETECTION_P50, FAILOVER_P50, FLOOR_TARGET, IDLE_MARGIN, RATIO_TARGETS
 
 MiB = 1 << 20
+SPIN_LIMIT = 0.9  # CPU / wall of a rank that mostly waits; a busy-polling one is at about 1.0
 
 
 def _med(xs) -> float | None:
@@ -151,6 +152,14 @@ def targets(results: dict) -> list[dict]:
     bound = st_det + IDLE_MARGIN if st_det is not None else None
     rows.append(_verdict("stateless worker idle p50 (s)", f"<= detection p50 + {IDLE_MARGIN}"
                          + (f" = {bound:.3f}" if bound is not None else ""), _med(st.get("idle", [])), bound, higher=False))
+    waiting = [(r["variant"], who, u["cpu_s"] / u["wall_s"]) for r in results.get("throughput", [])
+               for who, u in (r.get("usage") or {}).items()
+               if (who.startswith("ps") or who.startswith("replica")) and u.get("wall_s")]
+    if waiting:
+        variant, who, frac = max(waiting, key=lambda w: w[2])
+        rows.append(_verdict("no spinning: highest CPU / wall of a waiting rank (PS, replica)", f"< {SPIN_LIMIT}",
+                             frac, SPIN_LIMIT, higher=False,
+                             why=f"{who} in {variant}; a rank spinning while it waits would be near 1.0"))
     sc = scaling_rows(results)
     if sc:
         big = max(sc, key=lambda r: r["params"])
