@@ -147,6 +147,7 @@ class Worker:
         compute = bool(self.ctrl[4])
         while True:
             t_iter = time.perf_counter()
+            idle_before = self.outage["idle_s"] if self.outage is not None else 0.0
             compute_s = self._compute() if compute else 0.0
             if self.leader:
                 self._lead(compute, compute_s)
@@ -176,8 +177,9 @@ class Worker:
                 self._add_idle(time.perf_counter() - t_action)
                 action = int(self.ctrl[3])
             self._take_weights()
-            if not compute_s:  # an iteration that only waited for the repair
-                self._add_idle(time.perf_counter() - t_iter)
+            if not compute_s and self.outage is not None:  # an iteration that only waited for the repair
+                counted = self.outage["idle_s"] - idle_before  # repair steps counted above
+                self._add_idle(max(0.0, time.perf_counter() - t_iter - counted))
             compute = bool(self.ctrl[4])
             if self.ctrl[2] != RUNNING:
                 self._join_repair()
