@@ -237,6 +237,8 @@ def render(results: dict, runs: Path, plots: list[str]) -> str:
              "(an evaluator rank would compete with the workers for the cores, and the reference has none). "
              f"Throughput: {plan.get('reps')} repetitions of {plan.get('steps')} updates, every variant once per "
              "repetition, interleaved; a ratio is taken within a repetition and shown as median (min-max).", ""]
+    for note in results.get("notes", []):
+        lines += [f"**Note**: {note}", ""]
     if results.get("plan", {}).get("quick"):
         lines += ["**Quick mode**: one repetition, short runs, small models: a smoke test of the "
                   "measurement, not figures to quote.", ""]
