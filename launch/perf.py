@@ -341,7 +341,7 @@ def cmd_perf(a: argparse.Namespace) -> int:
         if not (src / "perf.json").is_file():
             raise ConfigError(f"--from {src}: no perf.json there (give the --runs folder of a psbench perf)")
         results = json.loads((src / "perf.json").read_text())
-        print(f"report: {write_perf_report(results, out, src)}")
+        print(f"report: {write_perf_report(results, out, Path(results.get('runs') or src))}")
         return 0
     plan = plan_from_args(a)
     from benchmarks import fmnist
@@ -359,6 +359,7 @@ def cmd_perf(a: argparse.Namespace) -> int:
 
     perf.results["machine"] = machine_info()
     perf.results["argv"] = sys.argv
+    perf.results["runs"] = str(runs)
     perf.save()
     t0 = time.time()
     try:
