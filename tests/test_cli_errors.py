@@ -50,6 +50,21 @@ def test_bad_options(args, needle):
     assert_one_line_error(psbench("run", *args), needle)
 
 
+@pytest.mark.parametrize("args, needle", [
+    (SYN + ["--workers", "0"], "--workers must be a positive integer"),
+    (SYN + ["--kill-ps", "later"], "is not a duration"),
+    (SYN + ["--kill-ps", "point:aply"], "did you mean point:apply?"),
+    (SYN + ["--mode", "chain", "--kill-replica", "soon"], "is not a duration"),
+    (SYN + ["--kill-worker", "step:x"], "step:N"),
+])
+def test_bad_options_start_nothing(tmp_path, args, needle):
+    """Every option is checked before the run directory is made and mpirun is started
+    (the launcher writes config.json and the events folder first thing)."""
+    out = tmp_path / "never"
+    assert_one_line_error(psbench("run", *args, "--out", str(out)), needle)
+    assert not out.exists()
+
+
 def test_data_dir_without_files(tmp_path):
     proc = psbench("run", "--benchmark", "fmnist-cnn", "--steps", "10", "--data-dir", str(tmp_path))
     assert_one_line_error(proc, "Fashion-MNIST not found", "apt-get install dataset-fashion-mnist")
