@@ -59,17 +59,23 @@ def test_newest_skips_a_damaged_newer_checkpoint(tmp_path):
 
 
 class Evil:
+    """Unpickling this runs a command: it touches ``marker`` (a file of this test's own)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
     def __reduce__(self):
-        return (os.system, ("touch /tmp/psbench-pwned",))
+        return (os.system, (f"touch {self.marker}",))
 
 
 def test_foreign_pickle_is_refused_not_executed(tmp_path):
     path = ckpt.path_for(tmp_path, 1)
-    torch.save({"format": 1, "weights": torch.ones(2), "evil": Evil()}, path)
+    marker = tmp_path / "pwned"
+    torch.save({"format": 1, "weights": torch.ones(2), "evil": Evil(marker)}, path)
     with pytest.raises(ckpt.CheckpointError) as err:
         ckpt.load(path)
     assert "\n" not in str(err.value)
-    assert not Path("/tmp/psbench-pwned").exists()
+    assert not marker.exists()
 
 
 def test_wrong_model_size_is_refused(tmp_path):
