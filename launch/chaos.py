@@ -13,7 +13,7 @@ checked against these invariants:
 
 - ``deadline``: the run completed or failed cleanly (a recorded reason) within
   its deadline; the launcher's watchdog enforces the deadline, hitting it is a
-  violation (a hang);
+  violation (a hang), and so is a rank that gave up after ``--peer-timeout``;
 - ``orphans``: no process of the run is left once the launcher returned;
 - ``checkpoints``: every ``ckpt-*.pt`` on disk loads (``weights_only``) and is
   complete (keys, sizes);
@@ -165,6 +165,9 @@ def check_trial(cfg: RunConfig, summary: dict | None, wall_s: float,
         bad.append(f"deadline: the watchdog stopped the run ({reason})")
     elif wall_s > deadline + 30:
         bad.append(f"deadline: the run took {wall_s:.0f} s, its deadline is {deadline:.0f} s")
+    timeouts = [f["reason"] for f in summary.get("failures") or [] if "PeerTimeout" in str(f.get("reason"))]
+    if timeouts:
+        bad.append(f"deadline: a rank waited out its peer timeout, a hang cut short ({timeouts[0]})")
     if not summary.get("completed") and (not summary.get("failures") and "watchdog" not in reason):
         bad.append(f"deadline: the run neither completed nor failed with a recorded reason ({reason})")
     for path in sorted((run_dir / "checkpoints").glob("ckpt-*.pt")):

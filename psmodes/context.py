@@ -141,10 +141,21 @@ class Context:
 
         A detected death shrinks the world (mode ``none``: the run fails); an
         announced respawn is joined. ``after_failure`` may return a result to
-        end the loop (a replica promoted to head runs on as the PS)."""
+        end the loop (a replica promoted to head runs on as the PS).
+
+        ``after_respawn`` runs inside the same repair loop as the body: a death during
+        it (a chain head handing its state to a new tail that is killed at once) is
+        repaired like any other, and it runs again once the repair is done."""
+        respawned = False
         while True:
             try:
                 try:
+                    if respawned:
+                        # may end the loop too (a replica promoted while the head died in the spawn)
+                        result = after_respawn()
+                        respawned = False
+                        if result is not None:
+                            return result
                     return body()
                 except transport.PeerFailed as exc:
                     if self.cfg.dies_with_ps:
@@ -154,9 +165,7 @@ class Context:
                         return result
             except RespawnNow:
                 self.respawn()
-                # after_respawn may end the loop too (a replica promoted while the head died in the spawn)
-                if after_respawn is not None and (result := after_respawn()) is not None:
-                    return result
+                respawned = after_respawn is not None
 
     def _post_action(self) -> None:
         if self.cluster.leader is None:

@@ -9,6 +9,10 @@ then turns into a :class:`~psmodes.server.ParameterServer` with its state.
 """
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 import torch
 from mpi4py import MPI
 
@@ -28,7 +32,8 @@ class Replica:
         self.prev: tuple[int, torch.Tensor] | None = None
         self.version = -1
         self.t0_ms = 0
-        write_pid_file(ctx, ctx.cluster.me.label)
+        self.pid_label = ctx.cluster.me.label
+        write_pid_file(ctx, self.pid_label)
 
     def run(self) -> None:
         self.ctx.resilient(self._follow, via="replica", after_failure=self._after_failure,
@@ -36,22 +41,33 @@ class Replica:
 
     def _after_failure(self) -> bool | None:
         """Promoted to head: run on as the PS with the replicated state."""
-        ctx = self.ctx
-        if ctx.cluster.me.kind == "ps":
-            self._run_as_head(replicate_first=False)
-            return True
-        write_pid_file(ctx, ctx.cluster.me.label)  # moved up the chain
-        return None
+        return self._moved(replicate_first=False)
 
     def _after_respawn(self) -> bool | None:
         """The head died during the spawn and this replica was promoted in its repair
         (:meth:`Context.respawn`): run on as the PS, after handing its state to the
         replicas just spawned (they start empty)."""
+        return self._moved(replicate_first=True)
+
+    def _moved(self, replicate_first: bool) -> bool | None:
+        """After a repair this replica is the head or sits higher up the chain. Its old pid file
+        goes first: the fault injector once took a promoted head for the tail replica it had
+        been and killed the head. A replica that never received any state cannot be the head."""
         ctx = self.ctx
+        old = Path(ctx.cfg.run_dir) / "pids" / f"{self.pid_label}.json"
+        try:
+            if json.loads(old.read_text()).get("pid") == os.getpid():  # not a newer process's file
+                old.unlink()
+        except (OSError, ValueError):
+            pass
         if ctx.cluster.me.kind == "ps":
-            self._run_as_head(replicate_first=True)
+            if self.version < 0:
+                raise RunFailed("chain: the head died before the new replica received any state; "
+                                "no copy of the PS state survives")
+            self._run_as_head(replicate_first)
             return True
-        write_pid_file(ctx, ctx.cluster.me.label)
+        self.pid_label = ctx.cluster.me.label
+        write_pid_file(ctx, self.pid_label)
         return None
 
     def _run_as_head(self, replicate_first: bool) -> None:

@@ -64,6 +64,9 @@ def test_invariants_pass_on_a_good_trial(tmp_path):
     ("chain", {}, {"final_accuracy": 0.70}, "accuracy: 0.700 at the end, 0.800 before the first kill"),
     ("chain", {}, {"completed": False, "exit_reason": "watchdog: the run exceeded", "failures": []}, "deadline"),
     ("chain", {}, {"completed": False, "exit_reason": "incomplete", "failures": []}, "neither completed nor failed"),
+    ("chain", {}, {"completed": False, "exit_reason": "PeerTimeout: evaluator receives: no answer in 60 s",
+                   "failures": [{"who": "evaluator", "reason": "PeerTimeout: evaluator receives: no answer in 60 s"}]},
+     "waited out its peer timeout"),
 ])
 def test_invariants_catch_violations(tmp_path, mode, cfg_kw, summary_kw, needle):
     from launch.chaos import check_trial

@@ -143,6 +143,19 @@ def test_kill_point_async(tmp_path, mode, case, args, n_kills):
     check_invariants(out, s, mode, n_kills)
 
 
+def test_tail_kill_after_a_promotion_hits_the_new_tail(tmp_path):
+    """Found by chaos: the promoted head kept its old replica pid file, so a tail kill that came
+    before the new tail registered killed the head instead (and the empty new tail then hung the
+    run as head). The promoted replica drops its old pid file; the injector waits for the new tail."""
+    out, s = run_ok(tmp_path, *SYN, "--mode", "chain", "--replicas", "1", "--duration", "12s",
+                    "--kill-ps", "3s", "--kill-replica", "+2500ms")
+    ps_kill, tail_kill = s["kills"]
+    assert tail_kill["role"] == "replica1" and tail_kill["generation"] >= 1, s["kills"]
+    assert tail_kill["pid"] != ps_kill["pid"] and s["recoveries"][0]["lost_steps"] == 0
+    (promoted,) = events(out, "promoted")
+    assert promoted["version"] > 0
+
+
 def test_kill_point_mode_none_fails_cleanly(tmp_path):
     out, s = run_ok(tmp_path, *SYN, "--mode", "none", "--kill-ps", "point:apply@50", expect_complete=False)
     assert not s["completed"] and len(s["kills"]) == 1
