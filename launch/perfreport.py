@@ -14,11 +14,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from benchmarks.registry import WORKLOADS
 from psmodes.atomic import write_text_atomic
 
 from .perf import DETECTION_P50, FAILOVER_P50, FLOOR_TARGET, IDLE_MARGIN, RATIO_TARGETS
 
 MiB = 1 << 20
+BATCH = WORKLOADS["fmnist-cnn"].batch_size  # the throughput runs' workload, at its default batch
 SPIN_LIMIT = 0.9  # CPU / wall of a rank that mostly waits; a busy-polling one is at about 1.0
 
 
@@ -110,6 +112,13 @@ def failure_figures(results: dict) -> dict:
     return out
 
 
+def _step_ms(results: dict, samples_per_s: float | None) -> float | None:
+    """Milliseconds of one synchronous step at this throughput (every worker one batch)."""
+    if not samples_per_s:
+        return None
+    return BATCH * results.get("plan", {}).get("workers", 2) / samples_per_s * 1000
+
+
 def step_split(results: dict) -> dict[str, dict]:
     """Median milliseconds of one step, from the leader's step events (psbench) or the reference
     trainer's own timing: compute (forward + backward), sync (allreduce; Horovod: optimizer.step,
@@ -123,8 +132,7 @@ def step_split(results: dict) -> dict[str, dict]:
         med = lambda k: (_med([r.get(k) for r in runs]) or 0.0) * 1000  # noqa: E731
         if variant == "reference":
             ref = [r for r in results["throughput"] if r["variant"] == "reference" and r.get("samples_per_s")]
-            workers = results.get("plan", {}).get("workers", 2)
-            step = 32 * workers / _med([r["samples_per_s"] for r in ref]) * 1000
+            step = _step_ms(results, _med([r["samples_per_s"] for r in ref]))
             out[variant] = {"step": step, "compute": med("compute_s"), "sync": med("allreduce_s")}
         else:
             step, sync = med("step_s"), med("allreduce_s")
@@ -188,9 +196,7 @@ def _ratio_why(results: dict, variant: str, value, bound) -> str:
     runs = [r for r in results.get("throughput", []) if r["variant"] in (variant, "none") and r.get("samples_per_s")]
     if not runs:
         return ""
-    workers = results.get("plan", {}).get("workers", 2)
-    sps_none = _med([r["samples_per_s"] for r in runs if r["variant"] == "none"])
-    step_ms = 32 * workers / sps_none * 1000 if sps_none else None
+    step_ms = _step_ms(results, _med([r["samples_per_s"] for r in runs if r["variant"] == "none"]))
     if variant == "reference":
         timing = [r.get("ps_timing") or {} for r in runs if r["variant"] == "none"]
         ps_ms = _med([(t.get("recv_s") or 0) + (t.get("apply_s") or 0) + (t.get("send_s") or 0) for t in timing if t])
@@ -233,7 +239,7 @@ def render(results: dict, runs: Path, plots: list[str]) -> str:
              f"Horovod {v.get('horovod', '?')}, Open MPI {v.get('openmpi', '?')}. "
              f"Command: `{' '.join(['psbench'] + list(results.get('argv', [])[1:]))}`; "
              f"{results.get('wall_s', '?')} s in all; runs in `{runs}`.", "",
-             f"fmnist-cnn, {plan.get('workers')} workers, batch 32 per worker, evaluation off in every run "
+             f"fmnist-cnn, {plan.get('workers')} workers, batch {BATCH} per worker, evaluation off in every run "
              "(an evaluator rank would compete with the workers for the cores, and the reference has none). "
              f"Throughput: {plan.get('reps')} repetitions of {plan.get('steps')} updates, every variant once per "
              "repetition, interleaved; a ratio is taken within a repetition and shown as median (min-max).", ""]
