@@ -59,8 +59,9 @@ def parse_kills(specs: list[str], target: str, duration_s: float | None = None) 
     (psmodes/killpoints.py); ``+DUR`` (``+10ms``, ``+0``) kills the target's live
     holder DUR after the previous kill, at once if it is up, else as soon as it
     registers (a replacement)."""
-    from psmodes.killpoints import POINTS
+    from psmodes.killpoints import POINTS, REPLICA_POINTS
 
+    named, option = (POINTS, "--kill-ps") if target == "ps" else (REPLICA_POINTS, "--kill-replica")
     points = []
     for spec in specs:
         for part in str(spec).split(","):
@@ -72,14 +73,14 @@ def parse_kills(specs: list[str], target: str, duration_s: float | None = None) 
                 name, _, from_version = part[len("point:"):].partition("@")
                 if _ and not from_version.isdigit():
                     raise ConfigError(f"kill point {part!r}: write point:NAME@N with N a PS version (a whole number)")
-                if target != "ps":
-                    raise ConfigError(f"kill point {part!r}: the named points are reached by the PS; "
-                                      "give them to --kill-ps")
-                if name not in POINTS:
-                    close = difflib.get_close_matches(name, POINTS, n=1)
+                if name in (REPLICA_POINTS if target == "ps" else POINTS):
+                    who, other = ("a chain replica", "--kill-replica") if target == "ps" else ("the PS", "--kill-ps")
+                    raise ConfigError(f"kill point {part!r} is reached by {who}; give it to {other}")
+                if name not in named:
+                    close = difflib.get_close_matches(name, named, n=1)
                     hint = f" (did you mean point:{close[0]}?)" if close else ""
-                    raise ConfigError(f"kill point {part!r}: unknown point{hint}; choose one of: "
-                                      + ", ".join(f"point:{p}" for p in POINTS))
+                    raise ConfigError(f"kill point {part!r}: unknown point for {option}{hint}; choose one of: "
+                                      + ", ".join(f"point:{p}" for p in named))
                 points.append(KillPoint(target, None, None, part, point=part[len("point:"):]))
             elif part.startswith("+"):
                 rest = part[1:].strip()
@@ -106,7 +107,9 @@ def kill_point_env(cfg) -> dict[str, str]:
     """``PSBENCH_KILL_POINT`` for the ranks: the point:NAME kills of the run, in order."""
     from psmodes.killpoints import ENV
 
-    names = [p.point for p in parse_kills(list(cfg.kill_ps), "ps", cfg.duration_s) if p.point]
+    kills = parse_kills(list(cfg.kill_ps), "ps", cfg.duration_s) + parse_kills(
+        list(cfg.kill_replica), "replica", cfg.duration_s)
+    names = [p.point for p in kills if p.point]
     return {ENV: ",".join(names)} if names else {}
 
 

@@ -55,6 +55,7 @@ class Context:
         self.device = pick_device(cfg)
         self._action_buf = np.zeros(transport.HEADER_LEN, dtype=np.int64)
         self._action_req: MPI.Request | None = None
+        self._deaths = transport.DeathWatch()
 
     # ---- timeouts
     @property
@@ -188,6 +189,10 @@ class Context:
             self._action_req = None
             if self._action_buf[0] == ACTION_SPAWN:
                 raise RespawnNow()
+
+    def death_watch(self) -> MPI.Request:
+        """For waits on one live peer that must still notice a death elsewhere (``watch=``)."""
+        return self._deaths.request(self.cluster.world)
 
     def wait_announcement(self, timeout: float) -> None:
         """Non-workers with nothing else to do block here until RespawnNow."""

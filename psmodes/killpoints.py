@@ -26,6 +26,11 @@ Points (where each is reached):
   first answer to the workers;
 - ``spawn``: chain head, the root of the survivors' collective spawn of the
   missing roles, just before it starts them (the others wait in the spawn).
+
+Replica points (``--kill-replica point:NAME``):
+
+- ``tail_receive``: the chain's tail, after a state's header arrived and before
+  it receives the payload (its predecessor's send is then still in flight).
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ from pathlib import Path
 
 ENV = "PSBENCH_KILL_POINT"
 POINTS = ("apply", "send_weights", "checkpoint_write", "chain_forward", "replay", "takeover", "spawn")
+REPLICA_POINTS = ("tail_receive",)
 
 
 def armed_from_env(value: str | None) -> dict[str, list[int]]:

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from mpi4py import MPI
 
+from . import killpoints
 from . import transport as tp
 from .context import Context, RunFailed
 from .server import build_flat, make_server, write_pid_file
@@ -90,12 +91,16 @@ class Replica:
             succ = c.rank + 1 if c.rank + 1 < len(c.roles) and c.roles[c.rank + 1].kind == "replica" else None
             if hdr[0] == tp.STOP:
                 if succ is not None:
-                    tp.send(c.world, hdr, None, succ, tp.TAG_CHAIN, ctx.peer_timeout, "forward stop")
+                    tp.send(c.world, hdr, None, succ, tp.TAG_CHAIN, ctx.peer_timeout, "forward stop",
+                            watch=ctx.death_watch())
                 ctx.log.emit("done", version=self.version, completed=True)
                 return True
             if hdr[0] != tp.STATE:
                 raise RunFailed(f"replica got an unexpected message kind {hdr[0]}")
-            tp.recv_payload(c.world, self.incoming.numpy(), pred, tp.TAG_CHAIN, ctx.peer_timeout, "replica receives state")
+            if succ is None:
+                killpoints.reached("tail_receive", ctx, version=int(hdr[1]))
+            tp.recv_payload(c.world, self.incoming.numpy(), pred, tp.TAG_CHAIN, ctx.peer_timeout, "replica receives state",
+                            watch=ctx.death_watch())
             version = int(hdr[1])
             # forward (or acknowledge) first, keep the copies while it travels: the head waits for the
             # tail's ACK on every strict update, so this replica's own bookkeeping stays off that path
@@ -113,4 +118,5 @@ class Replica:
                     self.prev = (self.version, self.prev[1])
             self.opt.unpack(self.incoming, version)
             self.version, self.t0_ms = version, int(hdr[4])
-            tp.wait(reqs, ctx.peer_timeout, "replica forwards" if succ is not None else "tail acknowledges")
+            tp.wait(reqs, ctx.peer_timeout, "replica forwards" if succ is not None else "tail acknowledges",
+                    on_idle=ctx.idle, watch=ctx.death_watch())

@@ -321,14 +321,15 @@ class ParameterServer:
         if not c.replicas:
             return
         self._drop_stale_replication()
-        tp.wait(self._repl_reqs, ctx.peer_timeout, "previous replication", on_idle=ctx.idle)
+        tp.wait(self._repl_reqs, ctx.peer_timeout, "previous replication", on_idle=ctx.idle, watch=ctx.death_watch())
         self.opt.pack(self._repl_buf)
         hdr = tp.header(tp.STATE, self.opt.version, 0, int(wait_ack), self.t0_ms)
         self._repl_reqs = tp.isend(c.world, hdr, self._repl_buf.numpy(), c.replicas[0], tp.TAG_CHAIN)
         self._repl_world = c.world
         killpoints.reached("chain_forward", ctx, version=self.opt.version)
         if wait_ack:
-            tp.wait(self._repl_reqs, ctx.peer_timeout, "replicate to the chain", on_idle=ctx.idle)
+            tp.wait(self._repl_reqs, ctx.peer_timeout, "replicate to the chain", on_idle=ctx.idle,
+                    watch=ctx.death_watch())
             ack, _ = tp.recv_header(c.world, MPI.ANY_SOURCE, tp.TAG_ACK, ctx.peer_timeout, "tail acknowledges",
                                     on_idle=ctx.idle)
             if ack[1] != self.opt.version:
@@ -375,9 +376,10 @@ class ParameterServer:
     def _finish(self) -> None:
         ctx, c = self.ctx, self.ctx.cluster
         if ctx.cfg.mode == "chain" and c.replicas:
-            tp.wait(self._repl_reqs, ctx.peer_timeout, "previous replication")
+            tp.wait(self._repl_reqs, ctx.peer_timeout, "previous replication", watch=ctx.death_watch())
             hdr = tp.header(tp.STOP, self.opt.version)
-            tp.send(c.world, hdr, None, c.replicas[0], tp.TAG_CHAIN, ctx.peer_timeout, "stop the chain")
+            tp.send(c.world, hdr, None, c.replicas[0], tp.TAG_CHAIN, ctx.peer_timeout, "stop the chain",
+                    watch=ctx.death_watch())
         if c.evaluator is not None:
             self._push_snapshot(final=True)
             tp.wait(self._eval_reqs, ctx.outage_timeout, "final snapshot")

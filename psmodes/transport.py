@@ -64,7 +64,8 @@ def _classify(exc: MPI.Exception, what: str) -> Exception:
     return exc
 
 
-def wait(reqs, timeout: float, what: str, poll: float = 0.001, on_idle=None, status=None) -> None:
+def wait(reqs, timeout: float, what: str, poll: float = 0.001, on_idle=None, status=None,
+         watch: MPI.Request | None = None) -> None:
     """Wait for one request or a list of them, or raise PeerFailed / PeerTimeout.
 
     Polls with a sleep that doubles from 20 us up to ``poll`` seconds: a long wait costs
@@ -72,7 +73,9 @@ def wait(reqs, timeout: float, what: str, poll: float = 0.001, on_idle=None, sta
     (the leader's answer from the PS, the control header) pass :data:`SHORT_POLL`.
 
     ``on_idle`` is called between polls (the PS serves the evaluator there);
-    ``status`` (single request only) receives the completed request's status."""
+    ``status`` (single request only) receives the completed request's status;
+    ``watch``: a :class:`DeathWatch` request, tested between polls, so that a wait on one live
+    peer (a send, a payload) fails as soon as any member of the communicator died."""
     if isinstance(reqs, MPI.Request):
         reqs = [reqs]
     deadline = time.monotonic() + timeout
@@ -81,6 +84,8 @@ def wait(reqs, timeout: float, what: str, poll: float = 0.001, on_idle=None, sta
     while True:
         try:
             pending = [r for r in pending if not r.Test(status)]
+            if pending and watch is not None:
+                watch.Test()
         except MPI.Exception as exc:
             raise _classify(exc, what) from None
         if not pending:
@@ -110,8 +115,8 @@ def call(fn, what: str, *args, **kwargs):
 
 
 def send(comm: MPI.Comm, hdr: np.ndarray, payload: np.ndarray | None, dest: int, tag: int,
-         timeout: float, what: str, on_idle=None) -> None:
-    wait(isend(comm, hdr, payload, dest, tag), timeout, what, on_idle=on_idle)
+         timeout: float, what: str, on_idle=None, watch: MPI.Request | None = None) -> None:
+    wait(isend(comm, hdr, payload, dest, tag), timeout, what, on_idle=on_idle, watch=watch)
 
 
 def isend(comm: MPI.Comm, hdr: np.ndarray, payload: np.ndarray | None, dest: int, tag: int) -> list:
@@ -135,13 +140,36 @@ def recv_header(comm: MPI.Comm, source: int, tag: int, timeout: float, what: str
     return hdr, (status.Get_source() if source == MPI.ANY_SOURCE else source)
 
 
-def recv_payload(comm: MPI.Comm, buf: np.ndarray, source: int, tag: int, timeout: float, what: str) -> None:
+def recv_payload(comm: MPI.Comm, buf: np.ndarray, source: int, tag: int, timeout: float, what: str,
+                 on_idle=None, watch: MPI.Request | None = None) -> None:
     req = comm.Irecv(buf, source, tag)
     try:
-        wait(req, timeout, what)
+        wait(req, timeout, what, on_idle=on_idle, watch=watch)
     except BaseException:
         _cancel(req)
         raise
+
+
+class DeathWatch:
+    """An ANY_SOURCE receive on :data:`TAG_SENTINEL`, which nobody sends, on the current world.
+
+    ULFM fails an ANY_SOURCE receive (ERR_PROC_FAILED_PENDING) as soon as any member of its
+    communicator is known dead, but a send to a live peer, or a receive from one, waits on: a
+    chain replica forwarding to a tail that has already gone into the repair after a death
+    elsewhere waited until its peer timeout while the tail waited for it in the shrink. Waits
+    like that test :meth:`request` as well. One receive per world, posted again after a repair."""
+
+    def __init__(self) -> None:
+        self._buf = np.empty(1, dtype=np.int64)
+        self._comm: MPI.Comm | None = None
+        self._req: MPI.Request | None = None
+
+    def request(self, comm: MPI.Comm) -> MPI.Request:
+        if comm is not self._comm:
+            if self._req is not None:
+                _cancel(self._req)
+            self._comm, self._req = comm, comm.Irecv(self._buf, MPI.ANY_SOURCE, TAG_SENTINEL)
+        return self._req
 
 
 class FairInbox:
@@ -151,15 +179,13 @@ class FairInbox:
     MPI matches ANY_SOURCE against the senders in rank order, so under load the
     lowest ranks were always served first and the highest starved (seen: one
     of three async workers' gradients 16-25 versions stale, the others' 2).
-    An ANY_SOURCE receive on :data:`TAG_SENTINEL`, which nobody sends, keeps
-    ULFM's prompt notice of any peer's death."""
+    A :class:`DeathWatch` keeps ULFM's prompt notice of any peer's death."""
 
     def __init__(self, comm: MPI.Comm, senders: list[int], tag: int) -> None:
         self.comm, self.senders, self.tag = comm, list(senders), tag
         self.bufs = {r: np.empty(HEADER_LEN, dtype=np.int64) for r in self.senders}
         self.reqs: dict[int, MPI.Request | None] = dict.fromkeys(self.senders)
-        self._sentinel_buf = np.empty(1, dtype=np.int64)
-        self.sentinel = comm.Irecv(self._sentinel_buf, MPI.ANY_SOURCE, TAG_SENTINEL)
+        self.sentinel = DeathWatch().request(comm)
         self.next = 0
 
     def get(self, timeout: float, what: str, on_idle=None) -> tuple[np.ndarray, int]:

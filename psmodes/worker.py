@@ -274,8 +274,10 @@ class Worker:
 
     def _exchange(self) -> bool:
         c, ctx = self.ctx.cluster, self.ctx
+        # the watch: a PS that went into the repair after a death elsewhere (a chain replica) never
+        # takes this gradient; the leader must notice that death too instead of waiting out the timeout
         tp.send(c.world, tp.header(tp.GRAD, self.version), self.grad_host.numpy(), c.ps, tp.TAG_TO_PS,
-                ctx.peer_timeout, "leader sends gradient")
+                ctx.peer_timeout, "leader sends gradient", watch=ctx.death_watch())
         self.pending = True
         hdr, _ = tp.recv_header(c.world, MPI.ANY_SOURCE, tp.TAG_FROM_PS, ctx.peer_timeout, "leader waits for weights",
                                 poll=tp.SHORT_POLL)
@@ -290,7 +292,10 @@ class Worker:
 
     def _recv_weights(self) -> None:
         c = self.ctx.cluster
-        tp.recv_payload(c.world, self.recv_buf, c.ps, tp.TAG_FROM_PS, self.ctx.peer_timeout, "leader receives weights")
+        # async: the PS may leave a payload unsent when it sees a respawn announcement (it sends the
+        # whole state again after), so a worker waiting for one must notice the announcement too
+        tp.recv_payload(c.world, self.recv_buf, c.ps, tp.TAG_FROM_PS, self.ctx.peer_timeout, "leader receives weights",
+                        on_idle=self.ctx.idle, watch=self.ctx.death_watch())
         self.weights_in, self.recv_buf = self.recv_buf, self.weights_in
 
     def _ps_lost(self, exc: tp.PeerFailed, t_send: float, compute_s: float) -> None:
@@ -382,9 +387,11 @@ class Worker:
         vectors = buf.vectors() if handover else []
         hdr = tp.header(tp.HELLO, self.version, int(pending and not handover), buf.count if handover else 0,
                         self.t0_ms, POLICY_CODES[cfg.replay], len(vectors))
-        tp.send(c.world, hdr, None, c.ps, tp.TAG_TO_PS, ctx.peer_timeout, "leader says hello")
+        tp.send(c.world, hdr, None, c.ps, tp.TAG_TO_PS, ctx.peer_timeout, "leader says hello",
+                watch=ctx.death_watch())
         if pending and not handover:
-            tp.wait(c.world.Isend(self.grad_host.numpy(), c.ps, tp.TAG_TO_PS), ctx.peer_timeout, "re-send gradient")
+            tp.wait(c.world.Isend(self.grad_host.numpy(), c.ps, tp.TAG_TO_PS), ctx.peer_timeout, "re-send gradient",
+                    watch=ctx.death_watch())
         if handover:
             handover_s = self._send_handover(vectors, time.perf_counter())
         hdr, _ = tp.recv_header(c.world, MPI.ANY_SOURCE, tp.TAG_FROM_PS, ctx.outage_timeout, "leader waits for the PS")
@@ -405,7 +412,7 @@ class Worker:
         # the frozen last weights, or (local) the workers' stepped copy: both are weights_in
         reqs = [c.world.Isend(self.weights_in, c.ps, tp.TAG_HANDOVER)]
         reqs += [c.world.Isend(v.numpy(), c.ps, tp.TAG_HANDOVER) for v in vectors]
-        tp.wait(reqs, ctx.peer_timeout, "hand-over to the replacement PS")
+        tp.wait(reqs, ctx.peer_timeout, "hand-over to the replacement PS", watch=ctx.death_watch())
         return time.perf_counter() - t_start
 
     def _handed_over(self, n_vectors: int, seconds: float) -> None:

@@ -97,10 +97,7 @@ def test_bounded_stateless_replay_policies(tmp_path, replay):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["checkpoint", pytest.param("chain", marks=pytest.mark.xfail(
-    strict=False, reason="known race (issue #8, open): under async the respawn of the new tail after the second "
-                         "kill sometimes leaves a worker waiting for a weights payload that never comes (peer "
-                         "timeout); 2 of 3 runs at 0c6b98f, 1 of 2 at b0afa50")), "stateless"])
+@pytest.mark.parametrize("mode", ["checkpoint", "chain", "stateless"])
 def test_async_two_kills(tmp_path, mode):
     out, s = run_ok(tmp_path, *SYN, "--consistency", "async", "--mode", mode, "--duration", "22s",
                     "--kill-ps", "4s,13s")

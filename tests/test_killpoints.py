@@ -12,7 +12,9 @@ checkpoint on disk loads, stateless applies every buffered update exactly once.
 (f) takeover: kill the replacement right after its first answer (g) two kills
 closer than the detection latency: chain head and tail 10 ms apart, or the PS and
 then its replacement as soon as it registers (``+0``) (h) the promoted chain head
-killed while the survivors spawn the new tail: they shrink and spawn again.
+killed while the survivors spawn the new tail: they shrink and spawn again
+(i) the chain's tail killed while its predecessor's forward to it is in flight
+(``--kill-replica point:tail_receive``).
 """
 from __future__ import annotations
 
@@ -43,6 +45,9 @@ CASES = [
     ("chain", "g-head_and_tail_10ms", ["--kill-ps", "point:apply@100", "--kill-replica", "+10ms"], 2),
     ("chain", "g-promoted_head_at_once", ["--kill-ps", "point:apply@100,+0"], 2),
     ("chain", "h-head_in_spawn", ["--kill-ps", "point:apply@100,point:spawn"], 2),
+    # the tail dies while the middle replica's forward to it is in flight: every rank must notice
+    # (the middle replica waited on that send until its peer timeout; the others on it in the shrink)
+    ("chain", "i-tail_in_forward", ["--kill-replica", "point:tail_receive@100", "--replicate-every", "5"], 1),
     ("stateless", "a-apply", ["--kill-ps", "point:apply@100"], 1),
     ("stateless", "b-send_weights", ["--kill-ps", "point:send_weights@100"], 1),
     ("stateless", "e-replay", ["--kill-ps", "point:apply@100,point:replay"], 2),
@@ -51,10 +56,7 @@ CASES = [
 ]
 ASYNC_CASES = [
     ("checkpoint", "b-send_weights", ["--kill-ps", "point:send_weights@100"], 1),
-    pytest.param("chain", "a-apply", ["--kill-ps", "point:apply@100"], 1, marks=pytest.mark.xfail(
-        run=False, reason="known bug (issue #8 notes): async chain, head killed between the step and its "
-                          "replication: the promoted head's next replication to the tail never completes "
-                          "(PeerTimeout after 60 s, then the watchdog)")),
+    ("chain", "a-apply", ["--kill-ps", "point:apply@100"], 1),
     ("stateless", "e-replay", ["--kill-ps", "point:apply@100,point:replay"], 2),
 ]
 
@@ -115,6 +117,12 @@ def test_kill_point(tmp_path, mode, case, args, n_kills):
         assert 0.01 <= gap < 0.1, gap
     if case == "h-head_in_spawn":
         check_spawn_retried(out)
+    if case == "i-tail_in_forward":
+        # every survivor of the world noticed the death within seconds (not its 60 s peer timeout)
+        t_kill = events(out, "kill")[0]["t_kill"]
+        detected = {e["who"]: e["t_detect"] - t_kill for e in events(out, "detect")}
+        assert set(detected) >= {"ps", "replica1", "worker0", "worker1", "evaluator"}, detected
+        assert max(detected.values()) < 10, detected
 
 
 def check_spawn_retried(out) -> None:
