@@ -61,17 +61,36 @@ class Cluster:
 
     # ---- repair
     def shrink(self) -> list[Role]:
-        """Collective over the survivors. Returns the roles that died."""
-        old = self.world
-        new = transport.call(old.Shrink, "shrink")
-        new.Set_errhandler(MPI.ERRORS_RETURN)
-        survivors = MPI.Group.Translate_ranks(new.Get_group(), list(range(new.Get_size())), old.Get_group())
-        dead = [role for r, role in enumerate(self.roles) if r not in set(survivors)]
-        roles = [self.roles[r] for r in survivors]
-        self.roles = _promote(roles)
-        self.me = self.roles[new.Get_rank()]
-        self.world = new
-        return dead
+        """Collective over the survivors. Returns the roles that died.
+
+        A member that dies while the shrink runs can end up in the new world already known
+        dead to this process. ULFM then never fails an ANY_SOURCE receive on the new world
+        for it (its notice went to the communicators that existed when it came), so the
+        ranks that wait that way would wait out their timeout (seen: chain, tail killed and
+        the PS 36 ms later, in the shrink). A survivor that knows shrinks again at once; one
+        that learns later is told through its ANY_SOURCE waits and joins that shrink."""
+        dead: list[Role] = []
+        while True:
+            old = self.world
+            new = transport.call(old.Shrink, "shrink")
+            new.Set_errhandler(MPI.ERRORS_RETURN)
+            survivors = MPI.Group.Translate_ranks(new.Get_group(), list(range(new.Get_size())), old.Get_group())
+            dead += [role for r, role in enumerate(self.roles) if r not in set(survivors)]
+            roles = [self.roles[r] for r in survivors]
+            self.roles = _promote(roles)
+            self.me = self.roles[new.Get_rank()]
+            self.world = new
+            if not self.known_failed():
+                return dead
+
+    def known_failed(self) -> list[int]:
+        """Ranks of the world that this process knows to have failed (a local call)."""
+        try:
+            group = self.world.Get_failed()
+            ranks = MPI.Group.Translate_ranks(group, list(range(group.Get_size())), self.world.Get_group())
+        except (MPI.Exception, NotImplementedError, AttributeError):
+            return []
+        return [r for r in ranks if r is not None and r >= 0]
 
     def missing(self, full: list[Role]) -> list[Role]:
         have = set(self.roles)

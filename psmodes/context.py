@@ -105,6 +105,8 @@ class Context:
         dead = self.cluster.shrink()
         self.log.emit("detect", via=via, error=str(exc), t_detect=t_detect,
                       dead=[r.label for r in dead], role=self.cluster.me.label, rank=self.cluster.rank)
+        if workers := [r.label for r in dead if r.kind == "worker"]:  # died while the shrink ran
+            raise RunFailed(f"{', '.join(workers)} died ({exc}); the worker group is fixed, so the run ends")
         if self.cfg.mode == "chain" and not any(r.kind == "ps" for r in self.cluster.roles):
             # the head and every replica died before a new tail joined: no copy of the state survives
             raise RunFailed(f"chain: the head and all replicas died ({', '.join(r.label for r in dead)}); "
@@ -129,13 +131,7 @@ class Context:
 
     def failed_roles(self) -> list:
         """The roles of the world's members that ULFM knows to have failed (a local call)."""
-        world = self.cluster.world
-        try:
-            group = world.Get_failed()
-            ranks = MPI.Group.Translate_ranks(group, list(range(group.Get_size())), world.Get_group())
-        except (MPI.Exception, NotImplementedError, AttributeError):
-            return []
-        return [self.cluster.roles[r] for r in ranks if r is not None and 0 <= r < len(self.cluster.roles)]
+        return [self.cluster.roles[r] for r in self.cluster.known_failed() if r < len(self.cluster.roles)]
 
     def resilient(self, body, via: str, after_failure=None, after_respawn=None):
         """Run a role's loop ``body`` until it returns, repairing around it.
