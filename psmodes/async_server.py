@@ -116,7 +116,8 @@ class AsyncParameterServer(ParameterServer):
             reqs = tp.isend(self.ctx.cluster.world, hdr, self.opt.weights.numpy(), rank, tp.TAG_FROM_PS)
             killpoints.reached("send_weights", self.ctx, version=self.opt.version, worker=index)
             # a worker may already be in an announced respawn: notice it here too
-            tp.wait(reqs, self.ctx.peer_timeout, "PS sends weights", on_idle=self.ctx.idle)
+            tp.wait(reqs, self.ctx.peer_timeout, "PS sends weights", on_idle=self.ctx.idle,
+                    watch=self.ctx.death_watch())
             if self.stopped:
                 self.stopped_workers.add(index)
             else:

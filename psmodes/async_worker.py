@@ -85,7 +85,8 @@ class AsyncWorker(Worker):
         try:
             # polls for a respawn announcement too: the PS may be in the spawn, not receiving
             tp.send(c.world, tp.header(tp.GRAD, base, 0, 0, 0, 0, 0, self.index), self.grad_host.numpy(), c.ps,
-                    tp.TAG_TO_PS, ctx.peer_timeout, "worker sends gradient", on_idle=ctx.idle)
+                    tp.TAG_TO_PS, ctx.peer_timeout, "worker sends gradient", on_idle=ctx.idle,
+                    watch=ctx.death_watch())
             self.pending = True
             hdr = self._receive_weights(ctx.peer_timeout, "worker waits for weights")
         except tp.PeerFailed as exc:
@@ -121,7 +122,8 @@ class AsyncWorker(Worker):
         t_connect = time.perf_counter()
         hdr = tp.header(tp.HELLO, self.version, 0, buf.count if handover else 0, self.t0_ms,
                         POLICY_CODES[cfg.replay], len(vectors), self.index)
-        tp.send(c.world, hdr, None, c.ps, tp.TAG_TO_PS, ctx.peer_timeout, "worker says hello", on_idle=ctx.idle)
+        tp.send(c.world, hdr, None, c.ps, tp.TAG_TO_PS, ctx.peer_timeout, "worker says hello", on_idle=ctx.idle,
+                watch=ctx.death_watch())
         if handover:
             handover_s = self._send_handover(vectors, t_connect)
         version_before = self.version
