@@ -146,7 +146,9 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
                         "mean_write_s": round(sum(c["write_s"] for c in checkpoints) / len(checkpoints), 4)
                         if checkpoints else None},
         "buffered_sent": sum(h["buffered"] for h in handovers),
-        "buffered_applied": sum(r["applied"] for r in replays),
+        "buffered_applied": sum(r["applied"] for r in replays if replay_taken(r, replays, handovers)),
+        # replayed by a replacement that died before its answer reached the leader: that state died with it
+        "buffered_replays_lost": sum(r["applied"] for r in replays if not replay_taken(r, replays, handovers)),
         "failures": [{"who": e["who"], "reason": e["reason"]} for e in failed],
         "recovery": cfg.recovery,
         "restarts": [{"attempt": e["attempt"], "t_s": rel(e["t_restart"])} for e in restarts],
@@ -183,6 +185,16 @@ class Clocks:
         if kill.get("t_remote") is not None and kill.get("host") in self.offsets:
             return kill["t_remote"] - self.offset(kill["host"])
         return kill["t_kill"]
+
+
+def replay_taken(replay: dict, replays: list[dict], handovers: list[dict]) -> bool:
+    """Whether a stateless replacement's replay took effect: the leader's ``handover`` event (its
+    answer arrived) follows it before the next replay. A replacement killed between replaying and
+    its answer (say between the answer's header and its weights) replayed into a state that died
+    with it; the leader kept its buffer and the next replacement replayed all of it again."""
+    later = [r["t"] for r in replays if r["t"] > replay["t"]]
+    until = min(later) if later else float("inf")
+    return any(replay["t"] <= h["t"] < until for h in handovers)
 
 
 def job_restart_recovery(events: list[dict], cfg: RunConfig, i: int, tk: float, t_next: float,
