@@ -105,14 +105,15 @@ class Context:
         dead = self.cluster.shrink()
         self.log.emit("detect", via=via, error=str(exc), t_detect=t_detect,
                       dead=[r.label for r in dead], role=self.cluster.me.label, rank=self.cluster.rank)
-        if workers := [r.label for r in dead if r.kind == "worker"]:  # died while the shrink ran
-            raise RunFailed(f"{', '.join(workers)} died ({exc}); the worker group is fixed, so the run ends")
         if self.cfg.mode == "chain" and not any(r.kind == "ps" for r in self.cluster.roles):
             # the head and every replica died before a new tail joined: no copy of the state survives
             raise RunFailed(f"chain: the head and all replicas died ({', '.join(r.label for r in dead)}); "
                             "no copy of the PS state survives")
         if self.cluster.leader is None:
-            raise RunFailed("the leader worker died; the run cannot continue")
+            # not known failed before the shrink: the workers had finished and left the job (a PS
+            # killed after the last step, before the final snapshot), or died while the shrink ran
+            raise RunFailed(f"the workers are gone (finished, or died during the repair) after {exc}; "
+                            "the run cannot continue")
         return dead
 
     def _announced(self) -> bool:
