@@ -63,6 +63,11 @@ def test_launcher_sigkill_leaves_no_orphans_and_a_readable_incomplete_run(tmp_pa
             assert launcher.poll() is None and time.monotonic() < deadline, "the run never started training"
             time.sleep(0.5)
         assert len(run_processes(out)) >= 5  # mpirun and its 4 ranks
+        # a stopped rank (a debugger, a kill point) cannot notice that its PMIx server went away;
+        # it must go too (its parent-death SIGKILL, or the kernel's SIGHUP+SIGCONT to the orphaned
+        # process group of prterun's session: either ends it, so this cannot tell the two apart)
+        stopped = next(p for p in run_processes(out) if p.cmdline()[1:3] == ["-m", "psmodes.main"])  # a rank
+        stopped.suspend()
     finally:
         launcher.send_signal(signal.SIGKILL)
         launcher.wait()
