@@ -116,6 +116,7 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
     checkpoints = by("checkpoint")
     replays = by("replayed")
     handovers = by("handover")
+    taken = [replay_taken(r, replays, handovers) for r in replays]
     return {
         "summary_version": SUMMARY_VERSION,
         "benchmark": cfg.benchmark,
@@ -146,9 +147,9 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
                         "mean_write_s": round(sum(c["write_s"] for c in checkpoints) / len(checkpoints), 4)
                         if checkpoints else None},
         "buffered_sent": sum(h["buffered"] for h in handovers),
-        "buffered_applied": sum(r["applied"] for r in replays if replay_taken(r, replays, handovers)),
+        "buffered_applied": sum(r["applied"] for r, ok in zip(replays, taken) if ok),
         # replayed by a replacement that died before its answer reached the leader: that state died with it
-        "buffered_replays_lost": sum(r["applied"] for r in replays if not replay_taken(r, replays, handovers)),
+        "buffered_replays_lost": sum(r["applied"] for r, ok in zip(replays, taken) if not ok),
         "failures": [{"who": e["who"], "reason": e["reason"]} for e in failed],
         "recovery": cfg.recovery,
         "restarts": [{"attempt": e["attempt"], "t_s": rel(e["t_restart"])} for e in restarts],
