@@ -8,9 +8,9 @@ Repair is two collective steps, both taken by every survivor:
    the first surviving replica becomes the head (rank 0) with the others
    moving up the chain.
 2. :meth:`Cluster.respawn` after ``--restart-delay``: ``MPI_Comm_spawn`` starts
-   real new processes for the missing roles (a cold start), the inter-
-   communicator is merged, and ``MPI_Comm_split`` re-orders the ranks into the
-   canonical layout of :mod:`psmodes.roles`.
+   real new processes for the missing roles (a cold start), and
+   ``MPI_Comm_create_from_group`` makes the new world of survivors and
+   replacements, ranked in the canonical layout of :mod:`psmodes.roles`.
 """
 from __future__ import annotations
 
@@ -96,39 +96,56 @@ class Cluster:
         have = set(self.roles)
         return [role for role in full if role not in have]
 
-    def respawn(self, missing: list[Role], run_dir: str, full: list[Role]) -> float:
-        """Collective over the survivors: start one process per missing role.
+    def respawn(self, missing: list[Role], run_dir: str, spawned=None) -> float:
+        """Collective over the survivors: start one process per missing role and
+        make the new world of survivors and replacements, in canonical order.
 
-        Returns the seconds the collective spawn took."""
+        Returns the seconds it took. ``spawned``: called by the root once the spawn
+        returned (the ``in_spawn`` kill point)."""
         t0 = time.monotonic()
         self.generation += 1
         if missing:
-            args = [["-m", "psmodes.main", "--run-dir", run_dir, "--role", f"{r.kind}:{r.index}",
-                     "--generation", str(self.generation)] for r in missing]
+            args = [["-m", "psmodes.main", "--run-dir", run_dir, "--role", r.spec, "--generation",
+                     str(self.generation), "--parents", ",".join(p.spec for p in self.roles),
+                     "--spawned", ",".join(m.spec for m in missing)] for r in missing]
             inter = transport.call(self.world.Spawn_multiple, "spawn",
                                    [sys.executable] * len(missing), args, [1] * len(missing), root=0)
-            merged = transport.call(inter.Merge, "merge", high=True)
-            self._reorder(merged, full)
+            if spawned is not None:
+                spawned()
+            self.world, self.roles = join(inter.Get_group(), self.roles, inter.Get_remote_group(), missing,
+                                          self.generation)
         return time.monotonic() - t0
 
-    def _reorder(self, merged: MPI.Intracomm, full: list[Role]) -> None:
-        merged.Set_errhandler(MPI.ERRORS_RETURN)
-        world = transport.call(merged.Split, "split", 0, sort_key(self.me))
-        world.Set_errhandler(MPI.ERRORS_RETURN)
-        self.world = world
-        self.roles = sorted(full, key=sort_key)
-
     @classmethod
-    def join_as_spawned(cls, me: Role, full: list[Role], generation: int) -> "Cluster":
+    def join_as_spawned(cls, me: Role, parents: list[Role], spawned: list[Role], generation: int) -> "Cluster":
         """The replacement's side of :meth:`respawn`."""
         parent = MPI.Comm.Get_parent()
         parent.Set_errhandler(MPI.ERRORS_RETURN)
-        merged = transport.call(parent.Merge, "merge", high=False)
-        cluster = cls.__new__(cls)
-        cluster.me = me
-        cluster.generation = generation
-        cluster._reorder(merged, full)
-        return cluster
+        world, roles = join(parent.Get_remote_group(), parents, parent.Get_group(), spawned, generation)
+        return cls(world, roles, me, generation)
+
+
+def join(parents: MPI.Group, parent_roles: list[Role], spawned: MPI.Group, spawned_roles: list[Role],
+          generation: int) -> tuple[MPI.Intracomm, list[Role]]:
+    """The new world from the survivors (who spawned) and the replacements, ranked in
+    canonical order, by ``MPI_Comm_create_from_group``.
+
+    Not ``MPI_Intercomm_merge`` + ``MPI_Comm_split``: when the spawn's root died after
+    the replacements had connected, Open MPI 5.0.11's merge never returned on the
+    others (its context-id agreement kept retrying a failed non-blocking collective,
+    "NBC_Progress: an error 75", printed millions of times), and a later spawn queued
+    behind it. Creating the communicator from a group agrees through PMIx instead and
+    fails at once (MPI_ERR_UNSUPPORTED_OPERATION) when a member is dead."""
+    roles = parent_roles + spawned_roles
+    order = sorted(range(len(roles)), key=lambda i: sort_key(roles[i]))
+    group = MPI.Group.Union(parents, spawned).Incl(order)
+    try:
+        world = MPI.Intracomm.Create_from_group(group, f"psbench.world.{generation}")
+    except MPI.Exception as exc:
+        # whatever the class, the usual cause is a member that died: repair, as for a failed spawn
+        raise transport.PeerFailed(f"join the new world: {exc.Get_error_string()}", MPI.ERR_PROC_FAILED) from None
+    world.Set_errhandler(MPI.ERRORS_RETURN)
+    return world, [roles[i] for i in order]
 
 
 def _promote(roles: list[Role]) -> list[Role]:

@@ -203,21 +203,23 @@ class Context:
         """Every survivor: spawn the missing roles (collective), after the leader's announcement.
 
         A death during the spawn (a kill that lands while the replacement is
-        starting: MPI_Comm_spawn, the merge and the split fail with
-        ERR_PROC_FAILED) is repaired like any other: the survivors shrink the
-        world again (a chain replica may become the head) and spawn what is
-        missing now, up to :data:`SPAWN_TRIES` attempts in all, each bounded by
-        the outage timeout. Only a death that leaves no copy of the PS state
+        starting: MPI_Comm_spawn fails with ERR_PROC_FAILED, or making the new
+        world fails, see :func:`~psmodes.cluster.join`) is repaired like any
+        other: the survivors shrink the world again (a chain replica may become
+        the head) and spawn what is missing now, up to :data:`SPAWN_TRIES`
+        attempts in all, each bounded by the outage timeout. Only a death that leaves no copy of the PS state
         (chain: head and all replicas) or kills a worker ends the run, with the
         same one-line reason as a death outside the spawn."""
         full = full_layout(self.cfg)
         t0 = time.monotonic()
         for attempt in range(1, SPAWN_TRIES + 1):
             missing = self.cluster.missing(full)
+            root = self.cluster.me.kind == "ps" and bool(missing)  # the spawn's root (rank 0)
             try:
-                if self.cluster.me.kind == "ps" and missing:  # the spawn's root (rank 0)
+                if root:
                     killpoints.reached("spawn", self, attempt=attempt, missing=[r.label for r in missing])
-                self._bounded(lambda: self.cluster.respawn(missing, self.cfg.run_dir, full),
+                spawned = (lambda: killpoints.reached("in_spawn", self, attempt=attempt)) if root else None
+                self._bounded(lambda: self.cluster.respawn(missing, self.cfg.run_dir, spawned),
                               self.outage_timeout, "spawn")
                 break
             except transport.PeerFailed as exc:

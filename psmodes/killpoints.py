@@ -25,7 +25,10 @@ Points (where each is reached):
 - ``takeover``: a replacement PS (respawned or promoted), right after its
   first answer to the workers;
 - ``spawn``: chain head, the root of the survivors' collective spawn of the
-  missing roles, just before it starts them (the others wait in the spawn).
+  missing roles, just before it starts them (the others wait in the spawn);
+- ``in_spawn``: the same root, once MPI_Comm_spawn returned (the new processes
+  are connected) and before it takes part in making the new world of survivors
+  and replacements (the others are already in it).
 
 Replica points (``--kill-replica point:NAME``):
 
@@ -40,7 +43,7 @@ import socket
 from pathlib import Path
 
 ENV = "PSBENCH_KILL_POINT"
-POINTS = ("apply", "send_weights", "checkpoint_write", "chain_forward", "replay", "takeover", "spawn")
+POINTS = ("apply", "send_weights", "checkpoint_write", "chain_forward", "replay", "takeover", "spawn", "in_spawn")
 REPLICA_POINTS = ("tail_receive",)
 
 

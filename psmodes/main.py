@@ -25,25 +25,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--role", help="kind:index, for a spawned replacement")
     parser.add_argument("--generation", type=int, default=0)
+    parser.add_argument("--parents", help="a replacement: the survivors' roles, in their world's rank order")
+    parser.add_argument("--spawned", help="a replacement: the roles spawned with it, in spawn order")
     args = parser.parse_args(argv)
     die_with_parent()
 
-    from mpi4py import MPI
+    from mpi4py import MPI  # a replacement's MPI_Init connects it to the survivors' spawn
 
     # only light imports before a replacement joins: the survivors wait in the spawn until it does
     from .cluster import Cluster, full_layout
     from .config import RunConfig
     from .roles import Role
+    from .transport import PeerFailed
 
     cfg = RunConfig.load(f"{args.run_dir}/config.json")
     full = full_layout(cfg)
     MPI.COMM_WORLD.Set_errhandler(MPI.ERRORS_RETURN)
     worker_comm = None
     if args.role:
-        kind, index = args.role.split(":")
-        me = Role(kind, int(index))
-        cluster = Cluster.join_as_spawned(me, full, args.generation)
+        me = Role.parse(args.role)
         name = f"{me.label}-gen{args.generation}"
+        try:
+            cluster = Cluster.join_as_spawned(me, [Role.parse(r) for r in args.parents.split(",")],
+                                              [Role.parse(r) for r in args.spawned.split(",")], args.generation)
+        except PeerFailed as exc:
+            # a survivor died while this replacement joined: they repair and spawn another
+            print(f"psbench[{name}]: {exc}; the survivors spawn again", file=sys.stderr)
+            sys.stderr.flush()
+            os._exit(3)  # no MPI_Finalize: see _exit
     else:
         world = MPI.COMM_WORLD
         if world.Get_size() != len(full):
@@ -55,7 +64,6 @@ def main(argv: list[str] | None = None) -> int:
         cluster = Cluster(world.Dup(), list(full), me)
         name = me.label
     from .context import Context, RunFailed, set_threads
-    from .transport import PeerFailed
     from .events import EventLog
 
     log = EventLog(cfg.run_dir, name)

@@ -21,6 +21,16 @@ class Role:
     def label(self) -> str:
         return self.kind if self.kind in ("ps", "evaluator") else f"{self.kind}{self.index}"
 
+    @property
+    def spec(self) -> str:
+        """``kind:index``, how a spawned replacement is told roles on its command line."""
+        return f"{self.kind}:{self.index}"
+
+    @classmethod
+    def parse(cls, spec: str) -> "Role":
+        kind, index = spec.split(":")
+        return cls(kind, int(index))
+
 
 def layout(workers: int, replicas: int = 0, evaluator: bool = True) -> list[Role]:
     """The role of each rank, by rank."""
@@ -35,7 +45,7 @@ def layout(workers: int, replicas: int = 0, evaluator: bool = True) -> list[Role
 
 
 def sort_key(role: Role) -> int:
-    """Position of a role in the canonical order (used to re-order ranks with Split)."""
+    """Position of a role in the canonical order."""
     return {"ps": 0, "replica": 0, "evaluator": 10_000, "worker": 20_000}[role.kind] + role.index
 
 
