@@ -168,7 +168,8 @@ def check_trial(cfg: RunConfig, summary: dict | None, wall_s: float,
     timeouts = [f["reason"] for f in summary.get("failures") or [] if "PeerTimeout" in str(f.get("reason"))]
     if timeouts:
         bad.append(f"deadline: a rank waited out its peer timeout, a hang cut short ({timeouts[0]})")
-    if not summary.get("completed") and (not summary.get("failures") and "watchdog" not in reason):
+    if not summary.get("completed") and not (summary.get("failures") or summary.get("crashes")) \
+            and "watchdog" not in reason:
         bad.append(f"deadline: the run neither completed nor failed with a recorded reason ({reason})")
     for path in sorted((run_dir / "checkpoints").glob("ckpt-*.pt")):
         from psmodes import checkpoint as ckpt

@@ -28,6 +28,7 @@ from psmodes.atomic import write_text_atomic
 from psmodes.config import RunConfig
 from psmodes.events import EventLog
 
+from . import crashes
 from .faults import Injector, kill_point_env, parse_kills, with_kill_points
 from .faults import close_ssh_masters, kill_route
 from .hosts import placement_of
@@ -133,7 +134,7 @@ def run_job(cfg: RunConfig, quiet: bool = False, tick=None) -> dict:
     t_start = time.time()
     tail = EventTail(run_dir)
     progress = Progress(cfg, quiet)
-    watch = Watch(cfg, injector, tail, progress, tick, t_start, deadline)
+    watch = Watch(cfg, injector, tail, progress, tick, t_start, deadline, crashes.CrashScan(run_dir), log)
     previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)
     attempt = 0
     proc = None
@@ -196,9 +197,10 @@ def restartable(cfg: RunConfig, watch: "Watch", injector: Injector, kills_before
 class Watch:
     """The launcher's loop over one attempt of the job: events, kills, progress, watchdog."""
 
-    def __init__(self, cfg, injector, tail, progress, tick, t_start, deadline) -> None:
+    def __init__(self, cfg, injector, tail, progress, tick, t_start, deadline, crash_scan, log) -> None:
         self.cfg, self.injector, self.tail, self.progress, self.tick = cfg, injector, tail, progress, tick
         self.t_start, self.deadline = t_start, deadline
+        self.crash_scan, self.log = crash_scan, log
         self.t0 = None
         self.step = None
         self.exit_reason = None
@@ -218,6 +220,10 @@ class Watch:
             elif e["ev"] == "killpoint":  # a rank stopped itself at a test kill point: kill it there
                 self.injector.stopped_at(e)
             self.progress.event(e)
+        for crash in self.crash_scan.new():
+            # the rank recorded nothing itself; the launcher records it. The job goes on: the survivors
+            # repair it like any death (ULFM tells them), so this is no failure of the run by itself
+            self.progress.event(self.log.emit("crash", reason=crashes.reason(crash), **crash))
         elapsed = time.time() - self.t0 if self.t0 else None
         self.injector.poll(elapsed, self.step)
         self.progress.refresh(elapsed, self.step)
@@ -318,7 +324,7 @@ class Progress:
                 self.rate = self.samples / (e["t"] - self.t_first)
             if e.get("applied"):
                 self.step = e["version"]
-        elif e["ev"] in ("detect", "kill", "recovered", "failed") and not self.quiet:
+        elif e["ev"] in ("detect", "kill", "recovered", "failed", "crash") and not self.quiet:
             self._write(f"[{e['who']}] {e['ev']}: " + ", ".join(
                 f"{k}={v}" for k, v in e.items() if k in ("via", "dead", "reason", "idle_s", "lost_steps", "role", "pid")))
 

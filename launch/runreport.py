@@ -75,6 +75,9 @@ def write_run_report(run_dir: str | Path) -> Path:
             lines += [f"## {title}", "", pd.DataFrame(rows).to_markdown(index=False), ""]
     if summary.get("failures"):
         lines += ["## Failures recorded", "", pd.DataFrame(summary["failures"]).to_markdown(index=False), ""]
+    if summary.get("crashes"):
+        lines += ["## Crashes (signals psbench did not send)", "",
+                  pd.DataFrame(summary["crashes"]).to_markdown(index=False), ""]
     lines += ["## Configuration", "", pd.DataFrame(sorted(config.items()), columns=["key", "value"])
               .astype(str).to_markdown(index=False), "", "## Command", "", "```", command, "```", ""]
     path = run_dir / "report.md"

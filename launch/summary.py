@@ -13,7 +13,9 @@ recovers on its own: recovery_s to the first worker's applied step, the
 largest lost_steps, the mean idle_s, the sum of buffered updates), plus a few
 extras: ``usage`` (per process: CPU seconds, wall seconds, their ratio
 ``cpu_frac``, peak RSS in MiB), ``ps_timing`` (the PS's median seconds per
-update: receive, apply, after (replicate/checkpoint), send), ``recovery``, ``restarts`` (``--recovery job-restart``: the launcher's
+update: receive, apply, after (replicate/checkpoint), send), ``recovery``, ``failures`` (``who``, ``reason``: a rank gave up),
+``crashes`` (``who``, ``reason``: a rank died of a signal psbench did not send,
+found in mpirun.log, launch/crashes.py), ``restarts`` (``--recovery job-restart``: the launcher's
 restarts; a recovery then runs from the kill to the new job's first step and
 also has ``restart_s``), ``hosts`` and ``clock_offsets`` (other hosts' clocks
 against the launcher's; detection times are moved to the launcher's clock).
@@ -109,8 +111,9 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
     failed = [e for e in by("failed") if not restarts or e["t"] > restarts[-1]["t_restart"]]
     done = [e for e in by("done") if e["who"] == "worker0" and e.get("completed")]
     completed = bool(done) and bool(finals) and not failed
+    crashes = by("crash")  # recorded by the launcher for a rank that died of a signal it did not send
     if exit_reason is None:
-        exit_reason = "completed" if completed else (failed[0]["reason"] if failed else "incomplete")
+        exit_reason = "completed" if completed else next((e["reason"] for e in failed + crashes), "incomplete")
     elif completed and exit_reason != "completed":
         exit_reason = f"completed ({exit_reason})"
     checkpoints = by("checkpoint")
@@ -151,6 +154,7 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
         # replayed by a replacement that died before its answer reached the leader: that state died with it
         "buffered_replays_lost": sum(r["applied"] for r, ok in zip(replays, taken) if not ok),
         "failures": [{"who": e["who"], "reason": e["reason"]} for e in failed],
+        "crashes": [{"who": e.get("role") or "?", "reason": e["reason"]} for e in crashes],
         "recovery": cfg.recovery,
         "restarts": [{"attempt": e["attempt"], "t_s": rel(e["t_restart"])} for e in restarts],
         "usage": {e["who"]: {"cpu_s": e["cpu_s"], "wall_s": e["wall_s"], "maxrss_mb": e["maxrss_mb"],

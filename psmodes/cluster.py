@@ -108,13 +108,28 @@ class Cluster:
             args = [["-m", "psmodes.main", "--run-dir", run_dir, "--role", r.spec, "--generation",
                      str(self.generation), "--parents", ",".join(p.spec for p in self.roles),
                      "--spawned", ",".join(m.spec for m in missing)] for r in missing]
-            inter = transport.call(self.world.Spawn_multiple, "spawn",
-                                   [sys.executable] * len(missing), args, [1] * len(missing), root=0)
+            try:
+                inter = self.world.Spawn_multiple([sys.executable] * len(missing), args, [1] * len(missing), root=0)
+            except MPI.Exception as exc:
+                raise self._spawn_error(exc) from None
             if spawned is not None:
                 spawned()
             self.world, self.roles = join(inter.Get_group(), self.roles, inter.Get_remote_group(), missing,
                                           self.generation)
         return time.monotonic() - t0
+
+    def _spawn_error(self, exc: MPI.Exception, wait_s: float = 1.0) -> Exception:
+        """What a failed MPI_Comm_spawn means: PeerFailed (repair and spawn again) when a member
+        of the world died, whatever the error class. Open MPI 5.0.11 does not always say
+        ERR_PROC_FAILED: with the root killed in the spawn the others got MPI_ERR_INTERN (seen in
+        psbench chaos). ULFM's notice of the death may come just after the error: wait for it."""
+        classified = transport.classify(exc, "spawn")
+        deadline = time.monotonic() + wait_s
+        while not isinstance(classified, transport.PeerFailed) and time.monotonic() < deadline:
+            if self.known_failed():
+                return transport.PeerFailed(f"spawn: {exc.Get_error_string()}, a member died", MPI.ERR_PROC_FAILED)
+            time.sleep(0.01)
+        return classified
 
     @classmethod
     def join_as_spawned(cls, me: Role, parents: list[Role], spawned: list[Role], generation: int) -> "Cluster":

@@ -152,6 +152,11 @@ class RunConfig:
             raise ConfigError(f"--slow-worker {self.slow_worker}: FACTOR must be >= 1")
         return index, factor
 
+    @property
+    def outage_timeout_s(self) -> float:
+        """Longest wait that may span a PS outage (restart delay + spawn + load)."""
+        return self.peer_timeout_s + 2 * self.restart_delay_s
+
     def resolved_deadline(self) -> float:
         if self.deadline_s:
             return self.deadline_s

@@ -64,8 +64,7 @@ class Context:
 
     @property
     def outage_timeout(self) -> float:
-        """Longest wait that may span a PS outage (restart delay + spawn + load)."""
-        return self.cfg.peer_timeout_s + 2 * self.cfg.restart_delay_s
+        return self.cfg.outage_timeout_s
 
     # ---- repair protocol
     def after_failure(self, exc: transport.PeerFailed, via: str) -> list:

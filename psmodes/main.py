@@ -14,6 +14,7 @@ import argparse
 import os
 import resource
 import sys
+import threading
 import time
 import traceback
 
@@ -29,16 +30,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spawned", help="a replacement: the roles spawned with it, in spawn order")
     args = parser.parse_args(argv)
     die_with_parent()
+    from .config import RunConfig
+
+    cfg = RunConfig.load(f"{args.run_dir}/config.json")
+    join_deadline = bound_the_join(cfg, args.role) if args.role else None
 
     from mpi4py import MPI  # a replacement's MPI_Init connects it to the survivors' spawn
 
     # only light imports before a replacement joins: the survivors wait in the spawn until it does
     from .cluster import Cluster, full_layout
-    from .config import RunConfig
     from .roles import Role
     from .transport import PeerFailed
 
-    cfg = RunConfig.load(f"{args.run_dir}/config.json")
     full = full_layout(cfg)
     MPI.COMM_WORLD.Set_errhandler(MPI.ERRORS_RETURN)
     worker_comm = None
@@ -53,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"psbench[{name}]: {exc}; the survivors spawn again", file=sys.stderr)
             sys.stderr.flush()
             os._exit(3)  # no MPI_Finalize: see _exit
+        join_deadline.cancel()
     else:
         world = MPI.COMM_WORLD
         if world.Get_size() != len(full):
@@ -113,6 +117,22 @@ def main(argv: list[str] | None = None) -> int:
             return 4
     final_barrier(ctx)
     _exit(log, 0)
+
+
+def bound_the_join(cfg, role: str) -> threading.Timer:
+    """A replacement: exit if its MPI_Init (which connects it to the survivors' spawn) and its
+    join into the new world have not returned within the outage timeout. The survivors give
+    the spawn up after that long (a member died in it), and a replacement left waiting would
+    keep mpirun from ending: seen when every survivor had crashed in Open MPI during the spawn."""
+    def give_up() -> None:
+        print(f"psbench[{role}]: not joined the survivors within {cfg.outage_timeout_s:.0f} s; leaving",
+              file=sys.stderr, flush=True)
+        os._exit(3)
+
+    timer = threading.Timer(cfg.outage_timeout_s, give_up)
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 def die_with_parent() -> None:

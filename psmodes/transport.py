@@ -57,7 +57,7 @@ def header(kind: int, *values: int) -> np.ndarray:
     return h
 
 
-def _classify(exc: MPI.Exception, what: str) -> Exception:
+def classify(exc: MPI.Exception, what: str) -> Exception:
     cls = exc.Get_error_class()
     if cls in FAILURE_CLASSES:
         return PeerFailed(what, cls)
@@ -87,7 +87,7 @@ def wait(reqs, timeout: float, what: str, poll: float = 0.001, on_idle=None, sta
             if pending and watch is not None:
                 watch.Test()
         except MPI.Exception as exc:
-            raise _classify(exc, what) from None
+            raise classify(exc, what) from None
         if not pending:
             return
         if time.monotonic() > deadline:
@@ -103,7 +103,7 @@ def test(req: MPI.Request, what: str) -> bool:
     try:
         return req.Test()
     except MPI.Exception as exc:
-        raise _classify(exc, what) from None
+        raise classify(exc, what) from None
 
 
 def call(fn, what: str, *args, **kwargs):
@@ -111,7 +111,7 @@ def call(fn, what: str, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
     except MPI.Exception as exc:
-        raise _classify(exc, what) from None
+        raise classify(exc, what) from None
 
 
 def send(comm: MPI.Comm, hdr: np.ndarray, payload: np.ndarray | None, dest: int, tag: int,

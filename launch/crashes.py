@@ -1,0 +1,60 @@
+"""Ranks that died on a signal psbench did not send, read from Open MPI's report in mpirun.log.
+
+A rank that crashes (SIGSEGV, SIGBUS, SIGABRT, ...) records nothing itself. Open MPI's
+signal handler prints ``[host:pid] Signal: Segmentation fault (11)`` and a stack trace to
+the job's output, which the launcher writes to ``mpirun.log``. The launcher scans that
+file's new bytes as the run goes, so a crash is recorded at once as the rank's failure
+(with its role from ``pids/``) and the job is ended after the usual grace period instead
+of waiting for its deadline. SIGKILL, which the fault injector sends, cannot be caught
+and prints nothing, so injected kills never show up here.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from .faults import read_pid_file
+
+SIGNAL_LINE = re.compile(rb"^\[([^\]:\s]+):(\d+)\] Signal: ([^\r\n]+)$", re.M)
+MAX_READ = 4 << 20  # bytes per poll: Open MPI can print an error line millions of times
+
+
+class CrashScan:
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / "mpirun.log"
+        self.offset = 0
+        self.seen: set[tuple[str, int]] = set()
+
+    def new(self) -> list[dict]:
+        """Crashes reported since the last call: host, pid, signal and role (None if unknown)."""
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                chunk = fh.read(MAX_READ)
+        except FileNotFoundError:
+            return []
+        end = chunk.rfind(b"\n") + 1  # a partial last line waits for the next read
+        self.offset += end
+        crashes = []
+        for m in SIGNAL_LINE.finditer(chunk[:end]):
+            host, pid = m.group(1).decode(errors="replace"), int(m.group(2))
+            if (host, pid) in self.seen:
+                continue
+            self.seen.add((host, pid))
+            crashes.append({"host": host, "pid": pid, "signal": m.group(3).decode(errors="replace").strip(),
+                            "role": self._role_of(host, pid)})
+        return crashes
+
+    def _role_of(self, host: str, pid: int) -> str | None:
+        for path in sorted((self.run_dir / "pids").glob("*.json")):
+            info = read_pid_file(self.run_dir, path.stem)
+            if info and info.get("pid") == pid and str(info.get("host", host)).split(".")[0] == host.split(".")[0]:
+                return info.get("role", path.stem)
+        return None
+
+
+def reason(crash: dict) -> str:
+    who = crash["role"] or "a rank"
+    return (f"{who} (pid {crash['pid']} on {crash['host']}) died of {crash['signal']}, a signal psbench did "
+            "not send; the stack trace is in mpirun.log")
