@@ -206,9 +206,10 @@ class Context:
         world fails, see :func:`~psmodes.cluster.join`) is repaired like any
         other: the survivors shrink the world again (a chain replica may become
         the head) and spawn what is missing now, up to :data:`SPAWN_TRIES`
-        attempts in all, each bounded by the outage timeout. Only a death that leaves no copy of the PS state
-        (chain: head and all replicas) or kills a worker ends the run, with the
-        same one-line reason as a death outside the spawn."""
+        attempts in all, each bounded by the outage timeout. Only a death that
+        leaves no copy of the PS state (chain: head and all replicas) or kills a
+        worker ends the run, with the same one-line reason as a death outside
+        the spawn."""
         full = full_layout(self.cfg)
         t0 = time.monotonic()
         for attempt in range(1, SPAWN_TRIES + 1):
