@@ -3,10 +3,10 @@
 A rank that crashes (SIGSEGV, SIGBUS, SIGABRT, ...) records nothing itself. Open MPI's
 signal handler prints ``[host:pid] Signal: Segmentation fault (11)`` and a stack trace to
 the job's output, which the launcher writes to ``mpirun.log``. The launcher scans that
-file's new bytes as the run goes, so a crash is recorded at once as the rank's failure
-(with its role from ``pids/``) and the job is ended after the usual grace period instead
-of waiting for its deadline. SIGKILL, which the fault injector sends, cannot be caught
-and prints nothing, so injected kills never show up here.
+file's new bytes as the run goes and records each crash at once as a ``crash`` event
+with the rank's role (from ``pids/``). The job goes on: ULFM tells the survivors, who
+repair it like any death. SIGKILL, which the fault injector sends, cannot be caught and
+prints nothing, so injected kills never show up here.
 """
 from __future__ import annotations
 

@@ -271,8 +271,8 @@ def test_no_shell_strings_and_no_sockets_of_our_own():
 
 def test_a_rank_crash_is_recorded_with_its_role_and_signal(tmp_path):
     """A rank that dies of a signal psbench did not send (Open MPI crashed in it: seen in a spawn)
-    records nothing itself; the launcher finds Open MPI's report in mpirun.log and records the
-    failure with the rank's role. A chain tail that crashes is repaired like a killed one."""
+    records nothing itself; the launcher finds Open MPI's report in mpirun.log and records a
+    crash with the rank's role. A chain tail that crashes is repaired like a killed one."""
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     launcher = subprocess.Popen([*PSBENCH, "run", "--quiet", "--out", str(out), *SYN, "--mode", "chain",
