@@ -116,11 +116,10 @@ class ParameterServer:
         self.t0_ms = t0_ms
         self.stopped = False
         self.started = not fresh
-        self._eval_reqs: list = []
+        self._eval_sends = tp.PostedSends()
         self._eval_buf = np.zeros(self.numel, dtype=np.float32)
         self._next_eval = 0.0
-        self._repl_reqs: list = []
-        self._repl_world = None  # the world _repl_reqs were posted on
+        self._repl_sends = tp.PostedSends()
         self._repl_buf = torch.zeros(self.opt.state_numel)
         self.timing = UpdateTiming()
         # sync SGD without momentum: after each gradient the workers can apply it themselves (the same
@@ -174,10 +173,9 @@ class ParameterServer:
         ctx = self.ctx
         if not self.started and self.writer is not None:
             self.writer.submit(ckpt.make_state(self.opt.weights, self.opt.buf, self.opt.version, ctx.cfg.seed))
-        # after a respawn in chain mode the new tail gets the whole state at once; after a shrink the
-        # sends still posted to the chain are forgotten (also by _finish's wait for them)
+        # after a respawn in chain mode the new tail gets the whole state at once
         chain = ctx.cfg.mode == "chain"
-        ctx.resilient(self._serve, via="ps", after_failure=self._drop_stale_replication if chain else None,
+        ctx.resilient(self._serve, via="ps",
                       after_respawn=(lambda: self._replicate(wait_ack=True)) if chain else None)
 
     def _serve(self) -> None:
@@ -320,28 +318,19 @@ class ParameterServer:
         c, ctx = self.ctx.cluster, self.ctx
         if not c.replicas:
             return
-        self._drop_stale_replication()
-        tp.wait(self._repl_reqs, ctx.peer_timeout, "previous replication", on_idle=ctx.idle, watch=ctx.death_watch())
+        tp.wait(self._repl_sends.on(c.world), ctx.peer_timeout, "previous replication", on_idle=ctx.idle,
+                watch=ctx.death_watch())
         self.opt.pack(self._repl_buf)
         hdr = tp.header(tp.STATE, self.opt.version, 0, int(wait_ack), self.t0_ms)
-        self._repl_reqs = tp.isend(c.world, hdr, self._repl_buf.numpy(), c.replicas[0], tp.TAG_CHAIN)
-        self._repl_world = c.world
+        self._repl_sends.post(c.world, tp.isend(c.world, hdr, self._repl_buf.numpy(), c.replicas[0], tp.TAG_CHAIN))
         killpoints.reached("chain_forward", ctx, version=self.opt.version)
         if wait_ack:
-            tp.wait(self._repl_reqs, ctx.peer_timeout, "replicate to the chain", on_idle=ctx.idle,
+            tp.wait(self._repl_sends.on(c.world), ctx.peer_timeout, "replicate to the chain", on_idle=ctx.idle,
                     watch=ctx.death_watch())
             ack, _ = tp.recv_header(c.world, MPI.ANY_SOURCE, tp.TAG_ACK, ctx.peer_timeout, "tail acknowledges",
                                     on_idle=ctx.idle)
             if ack[1] != self.opt.version:
                 raise RunFailed(f"tail acknowledged version {ack[1]}, head is at {self.opt.version}")
-
-    def _drop_stale_replication(self) -> None:
-        """Sends posted on a world that was repaired since (shrink, spawn) can never complete:
-        the replicas post their receives on the new world. Forget them (the next replication
-        carries the whole state) instead of waiting for them until the peer timeout."""
-        if self._repl_world is not None and self._repl_world is not self.ctx.cluster.world:
-            self._repl_reqs = []
-            self._repl_world = None
 
     # ---- idle work: evaluator snapshots
     def _idle(self) -> None:
@@ -355,15 +344,16 @@ class ParameterServer:
         now = time.monotonic()
         if not final and now < self._next_eval:
             return
-        if self._eval_reqs:
+        pending = self._eval_sends.on(c.world)
+        if pending:
             if final:
-                tp.wait(self._eval_reqs, ctx.outage_timeout, "final snapshot")
-            elif not all(tp.test(r, "snapshot to evaluator") for r in self._eval_reqs):
+                tp.wait(pending, ctx.outage_timeout, "final snapshot")
+            elif not all(tp.test(r, "snapshot to evaluator") for r in pending):
                 return  # the evaluator is still busy; never make the workers wait for it
         self._next_eval = now + ctx.cfg.eval_interval_s
         self._eval_buf[:] = self.opt.weights.numpy()
         hdr = tp.header(tp.SNAPSHOT, self.opt.version, int(final), int(time.time() * 1000), self.t0_ms)
-        self._eval_reqs = tp.isend(c.world, hdr, self._eval_buf, c.evaluator, tp.TAG_EVAL)
+        self._eval_sends.post(c.world, tp.isend(c.world, hdr, self._eval_buf, c.evaluator, tp.TAG_EVAL))
 
     def _on_checkpoint(self, version: int, path: Path, seconds: float) -> None:
         self.ctx.log.emit("checkpoint", version=version, path=path.name, write_s=seconds,
@@ -376,13 +366,13 @@ class ParameterServer:
     def _finish(self) -> None:
         ctx, c = self.ctx, self.ctx.cluster
         if ctx.cfg.mode == "chain" and c.replicas:
-            tp.wait(self._repl_reqs, ctx.peer_timeout, "previous replication", watch=ctx.death_watch())
+            tp.wait(self._repl_sends.on(c.world), ctx.peer_timeout, "previous replication", watch=ctx.death_watch())
             hdr = tp.header(tp.STOP, self.opt.version)
             tp.send(c.world, hdr, None, c.replicas[0], tp.TAG_CHAIN, ctx.peer_timeout, "stop the chain",
                     watch=ctx.death_watch())
         if c.evaluator is not None:
             self._push_snapshot(final=True)
-            tp.wait(self._eval_reqs, ctx.outage_timeout, "final snapshot")
+            tp.wait(self._eval_sends.on(c.world), ctx.outage_timeout, "final snapshot")
         else:
             from .evaluator import evaluate_full
 

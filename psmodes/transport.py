@@ -150,6 +150,29 @@ def recv_payload(comm: MPI.Comm, buf: np.ndarray, source: int, tag: int, timeout
         raise
 
 
+class PostedSends:
+    """Non-blocking sends and the world they were posted on.
+
+    A send posted on a world that was repaired since (shrink, spawn) can never complete: the
+    peer posts its receive on the new world. :meth:`on` forgets such sends (the next send
+    carries the whole state) instead of letting a caller wait for them until its timeout:
+    a PS whose last evaluator snapshot was posted just before a respawn waited the outage
+    timeout for it at the end of the run, and the others left the final barrier without it."""
+
+    def __init__(self) -> None:
+        self._reqs: list = []
+        self._comm: MPI.Comm | None = None
+
+    def post(self, comm: MPI.Comm, reqs: list) -> None:
+        self._comm, self._reqs = comm, reqs
+
+    def on(self, comm: MPI.Comm) -> list:
+        """The sends still worth waiting for on ``comm``, the current world."""
+        if self._comm is not comm:
+            self._comm, self._reqs = None, []
+        return self._reqs
+
+
 class DeathWatch:
     """An ANY_SOURCE receive on :data:`TAG_SENTINEL`, which nobody sends, on the current world.
 
