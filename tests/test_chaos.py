@@ -120,7 +120,10 @@ def test_ctrl_c_ends_the_trials_not_just_one(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "launch.cli", "chaos", "--mode", "chain", "--trials", "3",
                              "--duration", "20s", "--out", str(out)], cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # a suite started in the background (`make test &`) inherits SIGINT ignored,
+                            # and Python keeps it so: give chaos the disposition a terminal would
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while not list(out.glob("chain/trial-000/events/worker0.jsonl")) and time.monotonic() < deadline:
         time.sleep(0.5)
