@@ -38,6 +38,7 @@ from .summary import summarize, write_summary
 
 FAILED_GRACE_S = 15.0  # after a rank reports a fatal failure, how long the others get to finish
 RESTART_GRACE_S = 3.0  # the same for a job that ends to be restarted (--recovery job-restart)
+LINGER_GRACE_S = 10.0  # training finished and every rank has left: how long mpirun gets to exit
 
 
 class EventTail:
@@ -206,9 +207,12 @@ class Watch:
         self.exit_reason = None
         self.finished = False
         self.failed_at = None
+        self.ranks = Ranks()
+        self.all_left_at = None
 
     def _poll(self) -> None:
         for e in self.tail.new():
+            self.ranks.event(e)
             if e["ev"] == "train_start":
                 self.t0 = e["t0_ms"] / 1000.0
             elif e["ev"] in ("step", "update") and e.get("applied", True):
@@ -224,6 +228,9 @@ class Watch:
             # the rank recorded nothing itself; the launcher records it. The job goes on: the survivors
             # repair it like any death (ULFM tells them), so this is no failure of the run by itself
             self.progress.event(self.log.emit("crash", reason=crashes.reason(crash), **crash))
+            self.ranks.died(crash["host"], crash["pid"])
+        for kill in self.injector.done:
+            self.ranks.died(kill["host"], kill["pid"])
         elapsed = time.time() - self.t0 if self.t0 else None
         self.injector.poll(elapsed, self.step)
         self.progress.refresh(elapsed, self.step)
@@ -247,8 +254,26 @@ class Watch:
             grace = RESTART_GRACE_S if self.cfg.recovery == "job-restart" else FAILED_GRACE_S
             if self.failed_at and time.time() - self.failed_at > grace:
                 return  # the reason is taken from the failure event in the summary
+            if self._lingering():
+                return
             self._pause()
         self._poll()
+
+    def _lingering(self) -> bool:
+        """Training finished and every rank that started has left, but mpirun has not exited:
+        seen after a spawn whose root was killed in it (prterun logged "LAUNCHER JOB OBJECT NOT
+        FOUND" and waited for that job until the watchdog). Its processes never started
+        psbench; stopping mpirun stops them. The run is complete: recorded, not a failure."""
+        if not (self.finished and self.ranks.all_left()):
+            self.all_left_at = None
+            return False
+        self.all_left_at = self.all_left_at or time.time()
+        if time.time() - self.all_left_at < LINGER_GRACE_S:
+            return False
+        self.progress.event(self.log.emit(
+            "lingered", seconds=round(time.time() - self.all_left_at, 1),
+            reason=f"every rank had left {LINGER_GRACE_S:.0f} s before and mpirun had not exited; it was stopped"))
+        return True
 
     def _pause(self, seconds: float = 0.1) -> None:
         """Between polls; a pending relative kill (+10ms) is polled every 5 ms meanwhile."""
@@ -268,6 +293,34 @@ class Watch:
                 self.tick(time.time() - self.t0 if self.t0 else None, self.step)
             time.sleep(min(0.1, max(0.0, end - time.monotonic())))
         return True
+
+
+class Ranks:
+    """Which of the job's processes are still there, from their event streams: a process
+    has started when it recorded its start, and left when it recorded its usage (its last
+    event, on every orderly exit) or was killed or crashed (:meth:`died`)."""
+
+    def __init__(self) -> None:
+        self.started: dict[str, tuple[str, int]] = {}  # event stream -> (short host name, pid)
+        self.left: set[str] = set()
+        self.dead: set[tuple[str, int]] = set()
+
+    def event(self, e: dict) -> None:
+        if e["ev"] == "start" and "pid" in e:
+            self.started[e["who"]] = (_short(e.get("host")), e["pid"])
+        elif e["ev"] == "usage":
+            self.left.add(e["who"])
+
+    def died(self, host: str, pid: int) -> None:
+        self.dead.add((_short(host), pid))
+
+    def all_left(self) -> bool:
+        return bool(self.started) and all(who in self.left or where in self.dead
+                                          for who, where in self.started.items())
+
+
+def _short(host: str | None) -> str:
+    return str(host or "").split(".")[0]
 
 
 def _raise_interrupt(signum, frame):

@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     log = EventLog(cfg.run_dir, name)
     threads = set_threads(cfg)
     ctx = Context(cfg, cluster, log)
-    log.emit("start", role=me.label, rank=cluster.rank, size=cluster.world.Get_size(), threads=threads,
+    log.emit("start", role=me.label, pid=os.getpid(), rank=cluster.rank, size=cluster.world.Get_size(), threads=threads,
              generation=cluster.generation, device=str(ctx.device), host=MPI.Get_processor_name())
     try:
         if me.kind == "ps":

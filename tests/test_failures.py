@@ -296,3 +296,23 @@ def test_a_rank_crash_is_recorded_with_its_role_and_signal(tmp_path):
     assert crash["who"] == "replica2" and crash["reason"].startswith(f"replica2 (pid {tail['pid']} on "), crash
     assert "Segmentation fault" in crash["reason"], crash
     assert s["completed"] and not s["failures"], s["exit_reason"]  # repaired like a killed tail
+
+
+def test_the_launcher_knows_when_every_rank_has_left():
+    """mpirun can linger after every rank left (prterun lost a spawned job whose root was killed
+    in the spawn, and waited for it until the watchdog): the launcher stops it then. A rank still
+    there - no usage recorded, neither killed nor crashed - keeps the job going."""
+    from launch.runner import Ranks
+
+    ranks = Ranks()
+    assert not ranks.all_left()  # nothing started yet
+    for who, pid in [("ps", 10), ("replica1", 11), ("evaluator", 12), ("worker0", 13), ("replica2-gen1", 14)]:
+        ranks.event({"ev": "start", "who": who, "pid": pid, "host": "node1.cluster"})
+    for who in ("evaluator", "worker0", "replica1"):
+        ranks.event({"ev": "usage", "who": who})
+    ranks.died("node1", 10)  # killed by the launcher (short host name)
+    assert not ranks.all_left()  # replica2-gen1 is still there
+    ranks.died("node2", 14)  # the same pid on another host is another process
+    assert not ranks.all_left()
+    ranks.died("node1.cluster", 14)  # crashed
+    assert ranks.all_left()
