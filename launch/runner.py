@@ -308,6 +308,7 @@ class Ranks:
     def event(self, e: dict) -> None:
         if e["ev"] == "start" and "pid" in e:
             self.started[e["who"]] = (_short(e.get("host")), e["pid"])
+            self.left.discard(e["who"])  # the same stream in the next attempt of a restarted job
         elif e["ev"] == "usage":
             self.left.add(e["who"])
 

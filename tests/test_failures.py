@@ -316,3 +316,5 @@ def test_the_launcher_knows_when_every_rank_has_left():
     assert not ranks.all_left()
     ranks.died("node1.cluster", 14)  # crashed
     assert ranks.all_left()
+    ranks.event({"ev": "start", "who": "worker0", "pid": 20, "host": "node1"})  # a restarted job's worker0
+    assert not ranks.all_left()
