@@ -26,6 +26,8 @@ from .config import RunConfig
 from .events import EventLog
 
 ACTION_NONE, ACTION_SPAWN = 0, 1
+# a spawn or join still running this long after a member's death is known is given up (see respawn)
+STALL_GRACE_S = 3.0
 SPAWN_TRIES = 3  # a death during the spawn is repaired (shrink, spawn again) this many times in all
 
 
@@ -206,7 +208,12 @@ class Context:
         world fails, see :func:`~psmodes.cluster.join`) is repaired like any
         other: the survivors shrink the world again (a chain replica may become
         the head) and spawn what is missing now, up to :data:`SPAWN_TRIES`
-        attempts in all, each bounded by the outage timeout. Only a death that
+        attempts in all, each bounded by the outage timeout. Open MPI 5.0.11 does not always
+        fail the new world's construction: when the root died right after its spawn returned,
+        some survivors' PMIx group construction waited for it for good (in most runs on a
+        fresh machine). A survivor therefore gives an attempt up :data:`STALL_GRACE_S` after it
+        knows of a death, and the helper thread stays behind, blocked (the next attempt, on the
+        shrunk world, is not held up by it). Only a death that
         leaves no copy of the PS state (chain: head and all replicas) or kills a
         worker ends the run, with the same one-line reason as a death outside
         the spawn."""
@@ -220,7 +227,7 @@ class Context:
                     killpoints.reached("spawn", self, attempt=attempt, missing=[r.label for r in missing])
                 spawned = (lambda: killpoints.reached("in_spawn", self, attempt=attempt)) if root else None
                 self._bounded(lambda: self.cluster.respawn(missing, self.cfg.run_dir, spawned),
-                              self.outage_timeout, "spawn")
+                              self.outage_timeout, "spawn", stalled_by=self._death_noticed)
                 break
             except transport.PeerFailed as exc:
                 self.log.emit("spawn_failed", attempt=attempt, error=str(exc), spawning=[r.label for r in missing],
@@ -235,10 +242,25 @@ class Context:
                       role=self.cluster.me.label, rank=self.cluster.rank, generation=self.cluster.generation)
         return seconds
 
+    def _death_noticed(self) -> bool:
+        """Whether a member of the world died, after driving MPI progress: ULFM takes in the
+        runtime's notice of a death in the progress engine, and a thread blocked in a PMIx call
+        drives none (seen: the survivors with no other MPI thread never learnt of the death,
+        those with Horovod's background thread did)."""
+        try:
+            transport.test(self.death_watch(), "death watch")
+        except transport.PeerFailed:
+            return True
+        except MPI.Exception:
+            pass
+        return bool(self.cluster.known_failed())
+
     @staticmethod
-    def _bounded(fn, timeout: float, what: str):
+    def _bounded(fn, timeout: float, what: str, stalled_by=None, grace: float = STALL_GRACE_S):
         """Run a blocking collective (MPI_Comm_spawn has no timeout of its own) on a helper
-        thread; PeerTimeout if it has not returned in ``timeout`` s (the run is then hung)."""
+        thread; PeerTimeout if it has not returned in ``timeout`` s (the run is then hung).
+        ``stalled_by``: polled meanwhile; PeerFailed once it has said a member died ``grace`` s
+        before and the call has still not returned."""
         box: dict = {}
 
         def target():
@@ -249,7 +271,14 @@ class Context:
 
         thread = threading.Thread(target=target, name=what, daemon=True)
         thread.start()
-        thread.join(timeout)
+        deadline, dead_since = time.monotonic() + timeout, None
+        while thread.is_alive() and time.monotonic() < deadline:
+            thread.join(0.05)
+            if stalled_by is not None and dead_since is None and stalled_by():
+                dead_since = time.monotonic()
+            if dead_since is not None and time.monotonic() - dead_since > grace:
+                raise transport.PeerFailed(f"{what}: a member died and the call did not return in {grace:.0f} s",
+                                           MPI.ERR_PROC_FAILED)
         if thread.is_alive():
             raise transport.PeerTimeout(f"{what}: not done in {timeout:.0f} s")
         if "error" in box:
