@@ -272,8 +272,10 @@ class Context:
         thread = threading.Thread(target=target, name=what, daemon=True)
         thread.start()
         deadline, dead_since = time.monotonic() + timeout, None
-        while thread.is_alive() and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
             thread.join(0.05)
+            if not thread.is_alive():  # its result, even one that came after a death, stands
+                break
             if stalled_by is not None and dead_since is None and stalled_by():
                 dead_since = time.monotonic()
             if dead_since is not None and time.monotonic() - dead_since > grace:
