@@ -58,7 +58,14 @@ def test_checkpoint_sync_loses_at_most_k(tmp_path):
                     "--duration", "12s", "--kill-ps", "step:333")
     (resume,) = events(out, "resume")
     (detect,) = leader_detections(out)
-    assert resume["from_version"] % k == 0 and resume["from_version"] <= detect["version"]
+    assert resume["from_version"] % k == 0
+    if resume["from_version"] == detect["version"] + 1:
+        # the PS applied and checkpointed the leader's in-flight gradient, then died before it answered
+        # (seen once in a suite): the replacement must know it has that update and not apply it again
+        (hello,) = events(out, "hello", "ps-gen1")
+        assert hello["pending"] == "already applied", hello
+    else:
+        assert resume["from_version"] <= detect["version"]
     assert 0 <= s["recoveries"][0]["lost_steps"] <= k
 
 
