@@ -94,11 +94,12 @@ def test_chain_strict_failover_loses_nothing(tmp_path):
     assert {e["who"] for e in events(out, "done") if e["who"].startswith("replica")} >= {"replica1", "replica2-gen1"}
 
 
-def test_chain_relaxed_loses_at_most_k_minus_1(tmp_path):
+def test_chain_relaxed_loses_at_most_2k_minus_1(tmp_path):
+    """K > 1: the newest shipped state may be in flight at the kill (README, Recovery semantics)."""
     k = 20
     out, s = run_ok(tmp_path, *SYN, "--mode", "chain", "--replicas", "1", "--replicate-every", str(k),
                     "--duration", "12s", "--kill-ps", "5s")
-    assert s["recoveries"][0]["lost_steps"] <= k - 1
+    assert s["recoveries"][0]["lost_steps"] <= 2 * k - 1
 
 
 def test_stateless_workers_keep_training_and_every_update_is_applied(tmp_path):
