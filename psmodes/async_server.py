@@ -32,13 +32,14 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 import torch
+
 from . import killpoints
 from . import transport as tp
-from .context import RunFailed
+from .messages import POLICY_NAMES, Answer, Grad, Hello, Ready, parse
 from .replay import apply_buffered
-from .server import POLICY_NAMES, ParameterServer
+from .server import ParameterServer
+from .events import Ev
 
 
 def staleness_lr_scale(staleness: int, enabled: bool) -> float:
@@ -60,36 +61,35 @@ class AsyncParameterServer(ParameterServer):
         workers = [r for r, role in enumerate(c.roles) if role.kind == "worker"]
         if self.stateless_empty:
             for rank in workers:  # each worker trains on until it hears this
-                tp.send(c.world, tp.header(tp.READY), None, rank, tp.TAG_FROM_PS, ctx.peer_timeout, "PS ready")
+                tp.send(c.world, Ready(), None, rank, tp.TAG_FROM_PS, ctx.peer_timeout, "PS ready")
         inbox = tp.FairInbox(c.world, workers, tp.TAG_TO_PS)
         try:
             while len(self.stopped_workers) < len(workers):
                 hdr, src = inbox.get(ctx.outage_timeout, "PS waits for the workers", on_idle=self._idle)
-                index = int(hdr[7])
-                if hdr[0] == tp.HELLO:
-                    self._hello_from(hdr, src, index)
-                elif hdr[0] == tp.GRAD:
-                    self._gradient(hdr, src, index)
+                msg = parse(hdr, Hello, Grad)
+                if isinstance(msg, Hello):
+                    self._hello_from(msg, src)
                 else:
-                    raise RunFailed(f"PS got an unexpected message kind {hdr[0]}")
+                    self._gradient(msg, src)
                 self._answer_waiting()
         finally:
             inbox.close()
         self._finish()
 
     # ---- gradients and answers
-    def _gradient(self, hdr: np.ndarray, src: int, index: int) -> None:
+    def _gradient(self, grad: Grad, src: int) -> None:
+        index = grad.worker
         tp.recv_payload(self.ctx.cluster.world, self.grad.numpy(), src, tp.TAG_TO_PS, self.ctx.peer_timeout,
                         "PS receives gradient")
         self.computing.pop(index, None)
         if self.stopped:  # the run has ended; this one is not applied
             self.waiting.append((index, src, 0, -1, -1))
             return
-        staleness = self.opt.version - int(hdr[1])
+        staleness = self.opt.version - grad.version
         scale = staleness_lr_scale(staleness, self.ctx.cfg.lr_staleness)
         self._update(self.grad, scale)
         if self.opt.version % 10 == 0:
-            self.ctx.log.emit("update", version=self.opt.version)
+            self.ctx.log.emit(Ev.UPDATE, version=self.opt.version)
         self._check_stop()
         self.waiting.append((index, src, 1, staleness, self.opt.version))
 
@@ -112,8 +112,9 @@ class AsyncParameterServer(ParameterServer):
         self._check_stop()
         while self.waiting and self._may_grant():
             index, rank, applied, staleness, applied_as = self.waiting.pop(0)
-            hdr = tp.header(tp.WEIGHTS, self.opt.version, int(self.stopped), self.t0_ms, applied, staleness, applied_as)
-            reqs = tp.isend(self.ctx.cluster.world, hdr, self.opt.weights.numpy(), rank, tp.TAG_FROM_PS)
+            answer = Answer(self.opt.version, self.stopped, self.t0_ms, weights=True, applied=bool(applied),
+                            staleness=staleness, applied_as=applied_as)
+            reqs = tp.isend(self.ctx.cluster.world, answer, self.opt.weights.numpy(), rank, tp.TAG_FROM_PS)
             killpoints.reached("send_weights", self.ctx, version=self.opt.version, worker=index)
             # a worker may already be in an announced respawn: notice it here too
             tp.wait(reqs, self.ctx.peer_timeout, "PS sends weights", on_idle=self.ctx.idle,
@@ -125,29 +126,29 @@ class AsyncParameterServer(ParameterServer):
             self._took_over()
 
     # ---- connections
-    def _hello_from(self, hdr: np.ndarray, src: int, index: int) -> None:
+    def _hello_from(self, hello: Hello, src: int) -> None:
         ctx, world = self.ctx, self.ctx.cluster.world
-        version, _pending, n_buffered, t0_ms, policy_code, n_vectors = (int(x) for x in hdr[1:7])
+        index, version = hello.worker, hello.version
         if self.t0_ms == 0:
             if version < 0:  # the first contact of the run
                 self.t0_ms = int(time.time() * 1000)
-                ctx.log.emit("train_start", t0_ms=self.t0_ms)
+                ctx.log.emit(Ev.TRAIN_START, t0_ms=self.t0_ms)
             else:
-                self.t0_ms = t0_ms
+                self.t0_ms = hello.t0_ms
         self.computing.pop(index, None)
         if self.stateless_empty:
             weights = torch.zeros(self.numel)
             tp.recv_payload(world, weights.numpy(), src, tp.TAG_HANDOVER, ctx.peer_timeout, "hand-over weights")
             vectors = []
-            for _ in range(n_vectors):
+            for _ in range(hello.vectors):
                 vec = torch.zeros(self.numel)
                 tp.recv_payload(world, vec.numpy(), src, tp.TAG_HANDOVER, ctx.peer_timeout, "hand-over updates")
                 vectors.append(vec)
-            self.handovers[index] = (src, version, n_buffered, weights, vectors, POLICY_NAMES[policy_code])
+            self.handovers[index] = (src, version, hello.buffered, weights, vectors, POLICY_NAMES[hello.policy])
             if len(self.handovers) == ctx.cfg.workers:
                 self._replay_handovers()
             return
-        ctx.log.emit("hello", worker=index, leader_version=version, ps_version=self.opt.version,
+        ctx.log.emit(Ev.HELLO, worker=index, leader_version=version, ps_version=self.opt.version,
                      lost_steps=max(0, version - self.opt.version) if version >= 0 else 0)
         self.started = True
         self.waiting.append((index, src, 0, -1, -1))
@@ -173,7 +174,7 @@ class AsyncParameterServer(ParameterServer):
         staleness = apply_buffered(self.opt, policy, count, vectors, hook=self._replay_hook)
         self.stateless_empty = False
         self.started = True
-        ctx.log.emit("replayed", applied=count, policy=policy, version=self.opt.version, staleness=staleness,
+        ctx.log.emit(Ev.REPLAYED, applied=count, policy=policy, version=self.opt.version, staleness=staleness,
                      workers=len(items))
         self._after_update()
         for index in sorted(self.handovers):

@@ -28,11 +28,12 @@ from . import transport as tp
 from .async_server import staleness_lr_scale
 from .context import RespawnNow, no_repair
 from .flatparams import digest
-from .replay import POLICY_CODES, UpdateBuffer
+from .messages import DONE, FAILED, POLICY_CODES, RUNNING, Answer, Grad, Hello
+from .outage import Outage
+from .replay import UpdateBuffer
 from .sgd import FlatSGD
-from .worker import DONE, FAILED, RUNNING, Worker
-
-# the PS's answer: [WEIGHTS, version, stop, t0_ms, applied, staleness, version the update made, -]
+from .worker import Worker
+from .events import Ev
 
 
 class AsyncWorker(Worker):
@@ -45,7 +46,7 @@ class AsyncWorker(Worker):
             self._guarded(self._iteration)
         self._join_repair()
         self._end_pending_repair()
-        ctx.log.emit("done", completed=self.state == DONE, version=self.version)
+        ctx.log.emit(Ev.DONE, completed=self.state == DONE, version=self.version)
 
     def _guarded(self, step) -> None:
         """One piece of work; a detected death or an announced respawn is handled here,
@@ -84,34 +85,34 @@ class AsyncWorker(Worker):
         t_send = time.time()
         try:
             # polls for a respawn announcement too: the PS may be in the spawn, not receiving
-            tp.send(c.world, tp.header(tp.GRAD, base, 0, 0, 0, 0, 0, self.index), self.grad_host.numpy(), c.ps,
+            tp.send(c.world, Grad(base, worker=self.index), self.grad_host.numpy(), c.ps,
                     tp.TAG_TO_PS, ctx.peer_timeout, "worker sends gradient", on_idle=ctx.idle,
                     watch=ctx.death_watch())
             self.pending = True
-            hdr = self._receive_weights(ctx.peer_timeout, "worker waits for weights")
+            answer = self._receive_weights(ctx.peer_timeout, "worker waits for weights")
         except tp.PeerFailed as exc:
             self._ps_lost(exc, t_send)
             return
         self.pending = False
-        applied = bool(hdr[4])
-        staleness = int(hdr[5]) if applied else None
-        extra = {"applied_as": int(hdr[6])} if applied else {}
+        applied = answer.applied
+        staleness = answer.staleness if applied else None
+        extra = {"applied_as": answer.applied_as} if applied else {}
         if applied and ctx.cfg.lr_staleness:
             extra["lr_scale"] = staleness_lr_scale(staleness, True)
-        ctx.log.emit("step", version=self.version, applied=applied, staleness=staleness, base=base, **extra, samples=self.samples_per_step, compute_s=round(compute_s, 6),
+        ctx.log.emit(Ev.STEP, version=self.version, applied=applied, staleness=staleness, base=base, **extra, samples=self.samples_per_step, compute_s=round(compute_s, 6),
                      wait_s=round(time.time() - t_send, 6), loss=round(self.last_loss, 5))
         if self.outage is not None:
             self._recovered()
-        if hdr[2]:
+        if answer.stop:
             self.state = DONE
 
-    def _receive_weights(self, timeout: float, what: str):
+    def _receive_weights(self, timeout: float, what: str) -> Answer:
         c = self.ctx.cluster
-        hdr, _ = tp.recv_header(c.world, MPI.ANY_SOURCE, tp.TAG_FROM_PS, timeout, what, on_idle=self.ctx.idle)
+        answer, _ = tp.recv(c.world, MPI.ANY_SOURCE, tp.TAG_FROM_PS, timeout, what, Answer, on_idle=self.ctx.idle)
         self._recv_weights()
-        self.version, self.t0_ms = int(hdr[1]), int(hdr[3])
+        self.version, self.t0_ms = answer.version, answer.t0_ms
         self.flat.weights.copy_(torch.from_numpy(self.weights_in))
-        return hdr
+        return answer
 
     def _hello(self) -> None:
         """(Re)connect to the PS; a stateless replacement gets this worker's buffer."""
@@ -120,9 +121,9 @@ class AsyncWorker(Worker):
         handover = cfg.mode == "stateless" and c.generation > 0 and buf is not None
         vectors = buf.vectors() if handover else []
         t_connect = time.perf_counter()
-        hdr = tp.header(tp.HELLO, self.version, 0, buf.count if handover else 0, self.t0_ms,
-                        POLICY_CODES[cfg.replay], len(vectors), self.index)
-        tp.send(c.world, hdr, None, c.ps, tp.TAG_TO_PS, ctx.peer_timeout, "worker says hello", on_idle=ctx.idle,
+        hello = Hello(self.version, buffered=buf.count if handover else 0, t0_ms=self.t0_ms,
+                      policy=POLICY_CODES[cfg.replay], vectors=len(vectors), worker=self.index)
+        tp.send(c.world, hello, None, c.ps, tp.TAG_TO_PS, ctx.peer_timeout, "worker says hello", on_idle=ctx.idle,
                 watch=ctx.death_watch())
         if handover:
             handover_s = self._send_handover(vectors, t_connect)
@@ -133,11 +134,11 @@ class AsyncWorker(Worker):
         self.pending = False
         self.ps_up = True
         if self.outage is not None:
-            self.outage["lost_steps"] = 0 if handover else max(self.outage.get("lost_steps", 0),
-                                                               self.outage["version"] - self.version)
+            self.outage.lost_steps = 0 if handover else max(self.outage.lost_steps,
+                                                            self.outage.version - self.version)
             self._add_idle(time.perf_counter() - t_connect)
-        ctx.log.emit("connected", version=self.version, generation=c.generation, version_before=version_before)
-        if reply[2]:
+        ctx.log.emit(Ev.CONNECTED, version=self.version, generation=c.generation, version_before=version_before)
+        if reply.stop:
             self.state = DONE
             if self.outage is not None:
                 self._recovered()  # the run ends right at the reconnection
@@ -145,16 +146,16 @@ class AsyncWorker(Worker):
     # ---- outages
     def _ps_lost(self, exc: tp.PeerFailed, t_send: float) -> None:
         cfg, ctx = self.ctx.cfg, self.ctx
-        ctx.log.emit("detect", via=f"worker{self.index}", error=str(exc), t_detect=time.time(),
+        ctx.log.emit(Ev.DETECT, via=f"worker{self.index}", error=str(exc), t_detect=time.time(),
                      version=self.version, digest=digest(self.weights_in), role=f"worker{self.index}")
         if cfg.dies_with_ps:
-            ctx.log.emit("failed", reason=f"PS died ({exc}); {no_repair(cfg)}")
+            ctx.log.emit(Ev.FAILED, reason=f"PS died ({exc}); {no_repair(cfg)}")
             self.state = FAILED
             return
         self.ps_up = False
         self.ready_req = None
         if self.outage is None:
-            self.outage = {"t_start": t_send, "idle_s": 0.0, "t_detect": time.time(), "version": self.version}
+            self.outage = Outage(t_start=t_send, t_detect=time.time(), version=self.version)
         self._add_idle(time.time() - t_send)
         self.repair_due = time.monotonic() + cfg.restart_delay_s
         if cfg.mode == "stateless":
@@ -181,7 +182,7 @@ class AsyncWorker(Worker):
             self.local_opt.step(self.grad_host)  # steps weights_in, this worker's own copy
             self.flat.weights.copy_(torch.from_numpy(self.weights_in))
         if log:
-            self.ctx.log.emit("step", version=self.version, applied=False, buffered=self.buffer.count,
+            self.ctx.log.emit(Ev.STEP, version=self.version, applied=False, buffered=self.buffer.count,
                               samples=self.samples_per_step, compute_s=round(compute_s, 6),
                               loss=round(self.last_loss, 5))
 

@@ -23,9 +23,8 @@ from benchmarks.registry import get as get_workload
 from . import killpoints, transport
 from .cluster import Cluster, full_layout
 from .config import RunConfig
-from .events import EventLog
-
-ACTION_NONE, ACTION_SPAWN = 0, 1
+from .events import Ev, EventLog
+from .messages import ACTION_NONE, ACTION_SPAWN, HEADER_LEN, Announce
 # a spawn or join still running this long after a member's death is known is given up (see respawn)
 STALL_GRACE_S = 3.0
 SPAWN_TRIES = 3  # a death during the spawn is repaired (shrink, spawn again) this many times in all
@@ -55,7 +54,7 @@ class Context:
         self.lr = cfg.lr if cfg.lr is not None else self.workload.lr
         self.batch_size = cfg.batch_size or self.workload.batch_size
         self.device = pick_device(cfg)
-        self._action_buf = np.zeros(transport.HEADER_LEN, dtype=np.int64)
+        self._action_buf = np.zeros(HEADER_LEN, dtype=np.int64)  # an Announce, broadcast by the leader
         self._action_req: MPI.Request | None = None
         self._deaths = transport.DeathWatch()
 
@@ -100,11 +99,11 @@ class Context:
         if workers:
             # the worker group is fixed (no elastic workers): a dead worker ends the run. Said before
             # the shrink, which would wait for workers that may be blocked in their allreduce
-            self.log.emit("detect", via=via, error=str(exc), t_detect=t_detect, dead=workers,
+            self.log.emit(Ev.DETECT, via=via, error=str(exc), t_detect=t_detect, dead=workers,
                           role=self.cluster.me.label, rank=self.cluster.rank)
             raise RunFailed(f"{', '.join(workers)} died ({exc}); the worker group is fixed, so the run ends")
         dead = self.cluster.shrink()
-        self.log.emit("detect", via=via, error=str(exc), t_detect=t_detect,
+        self.log.emit(Ev.DETECT, via=via, error=str(exc), t_detect=t_detect,
                       dead=[r.label for r in dead], role=self.cluster.me.label, rank=self.cluster.rank)
         if self.cfg.mode == "chain" and not any(r.kind == "ps" for r in self.cluster.roles):
             # the head and every replica died before a new tail joined: no copy of the state survives
@@ -127,9 +126,17 @@ class Context:
             return False
         if done:
             self._action_req = None
-            if self._action_buf[0] == ACTION_SPAWN:
+            if self._announcement() == ACTION_SPAWN:
                 return True
         return False
+
+    def _announcement(self) -> int:
+        """The action of the leader's completed broadcast. ULFM can complete it with nothing
+        received (an all-zero buffer: seen when the head and every replica had died), which
+        announces nothing."""
+        if not self._action_buf.any():
+            return ACTION_NONE
+        return Announce.from_header(self._action_buf).action
 
     def failed_roles(self) -> list:
         """The roles of the world's members that ULFM knows to have failed (a local call)."""
@@ -176,8 +183,7 @@ class Context:
     def announce(self, action: int = ACTION_SPAWN) -> None:
         """Leader only: tell every survivor to join :meth:`respawn` now (or, with
         ACTION_NONE at the end of a run, that no repair will come)."""
-        self._action_buf[:] = 0
-        self._action_buf[0] = action
+        self._action_buf[:] = Announce(action).to_header()
         req = self.cluster.world.Ibcast(self._action_buf, root=self.cluster.leader)
         transport.wait(req, self.peer_timeout, "announce respawn")
 
@@ -185,7 +191,7 @@ class Context:
         """Between polls: raise RespawnNow once the leader's announcement arrived."""
         if self._action_req is not None and transport.test(self._action_req, "wait for repair announcement"):
             self._action_req = None
-            if self._action_buf[0] == ACTION_SPAWN:
+            if self._announcement() == ACTION_SPAWN:
                 raise RespawnNow()
 
     def death_watch(self) -> MPI.Request:
@@ -230,7 +236,7 @@ class Context:
                               self.outage_timeout, "spawn", stalled_by=self._death_noticed)
                 break
             except transport.PeerFailed as exc:
-                self.log.emit("spawn_failed", attempt=attempt, error=str(exc), spawning=[r.label for r in missing],
+                self.log.emit(Ev.SPAWN_FAILED, attempt=attempt, error=str(exc), spawning=[r.label for r in missing],
                               role=self.cluster.me.label, rank=self.cluster.rank)
                 if attempt == SPAWN_TRIES:
                     raise RunFailed(f"the spawn of the missing roles failed {SPAWN_TRIES} times, "
@@ -238,7 +244,7 @@ class Context:
                 self._shrink(exc, via="spawn")
         seconds = time.monotonic() - t0
         self._action_req = None
-        self.log.emit("respawned", spawned=[r.label for r in missing], seconds=seconds, attempts=attempt,
+        self.log.emit(Ev.RESPAWNED, spawned=[r.label for r in missing], seconds=seconds, attempts=attempt,
                       role=self.cluster.me.label, rank=self.cluster.rank, generation=self.cluster.generation)
         return seconds
 

@@ -16,6 +16,8 @@ from mpi4py import MPI
 from . import transport as tp
 from .context import Context
 from .flatparams import FlatParams
+from .messages import Snapshot
+from .events import Ev
 
 
 def _model(ctx: Context) -> FlatParams:
@@ -58,18 +60,18 @@ class Evaluator:
         ctx = self.ctx
         while True:
             c = ctx.cluster
-            hdr, _ = tp.recv_header(c.world, MPI.ANY_SOURCE, tp.TAG_EVAL, ctx.outage_timeout + ctx.cfg.eval_interval_s,
-                                    "evaluator waits for a snapshot", on_idle=ctx.idle)
+            snap, _ = tp.recv(c.world, MPI.ANY_SOURCE, tp.TAG_EVAL, ctx.outage_timeout + ctx.cfg.eval_interval_s,
+                              "evaluator waits for a snapshot", Snapshot, on_idle=ctx.idle)
             tp.recv_payload(c.world, self.flat.weights.numpy(), c.ps, tp.TAG_EVAL, ctx.peer_timeout, "evaluator receives")
-            final = bool(hdr[2])
+            final = snap.final
             t0 = time.perf_counter()
             if final:
                 acc = accuracy(ctx, self.flat, self.x, self.y)
             else:
                 acc = accuracy(ctx, self.flat, self.sub_x, self.sub_y)
-            ctx.log.emit("eval", ps_step=int(hdr[1]), accuracy=acc, final=final, t_snapshot=hdr[3] / 1000.0,
-                         t0_ms=int(hdr[4]), samples=len(self.y) if final else len(self.sub_y),
+            ctx.log.emit(Ev.EVAL, ps_step=snap.version, accuracy=acc, final=final, t_snapshot=snap.t_ms / 1000.0,
+                         t0_ms=snap.t0_ms, samples=len(self.y) if final else len(self.sub_y),
                          eval_s=time.perf_counter() - t0)
             if final:
-                ctx.log.emit("done", completed=True)
+                ctx.log.emit(Ev.DONE, completed=True)
                 return True

@@ -4,6 +4,10 @@ Each process appends one JSON object per line to ``<run_dir>/events/<name>.jsonl
 and flushes every line, so a run that dies leaves everything it recorded so far
 readable (at worst the last line is torn, and readers skip it). Every event has
 ``t`` (wall-clock seconds, ``time.time()``), ``ev`` (its kind) and ``who``.
+
+Every kind is declared once, in :class:`Ev`; the ranks, the launcher and the
+readers in ``launch/`` name kinds through it, and :meth:`EventLog.emit` refuses
+an undeclared one, so a typo fails the first run that reaches it.
 """
 from __future__ import annotations
 
@@ -11,7 +15,53 @@ import json
 import threading
 import time
 from pathlib import Path
+from enum import StrEnum
 from typing import Iterator
+
+
+class Ev(StrEnum):
+    """The event kinds, with who emits each and its main fields."""
+    # every rank
+    START = "start"                    # role, pid, rank, size, threads, generation, device, host
+    ROLE = "role"                      # pid, host, rank, role, generation: the pid file the injector reads
+    FAILED = "failed"                  # reason (traceback for a bug): the rank ends
+    DONE = "done"                      # completed, version, digest
+    USAGE = "usage"                    # cpu_s, wall_s, maxrss_mb, at exit
+    DETECT = "detect"                  # via, error, t_detect, dead / version: a death was detected
+    RESPAWNED = "respawned"            # spawned, seconds, attempts, generation
+    SPAWN_FAILED = "spawn_failed"      # attempt, error, spawning
+    KILLPOINT = "killpoint"            # point, pid, host: stopped itself for the injector (tests)
+    # the PS
+    TRAIN_START = "train_start"        # t0_ms: the run's clock starts at the first contact
+    UPDATE = "update"                  # version, every 10th update
+    HELLO = "hello"                    # the reconciliation with the leader (see psmodes.server)
+    REPLAYED = "replayed"              # stateless replacement: applied, policy, version, staleness
+    RESUME = "resume"                  # checkpoint replacement: from_version, digest, attempt
+    CHECKPOINT_START = "checkpoint_start"    # version, copy_s, waited_s
+    CHECKPOINT = "checkpoint"          # version, path, write_s, bytes: durable
+    CHECKPOINT_FAILED = "checkpoint_failed"  # version, error
+    CHECKPOINT_SKIPPED = "checkpoint_skipped"  # reason: a checkpoint that does not load
+    CHECKPOINT_NONE = "checkpoint_none"  # reason: none yet, the replacement starts at version 0
+    PROMOTED = "promoted"              # a chain replica became the head at version
+    PS_TIMING = "ps_timing"            # medians of recv_s, apply_s, after_s, send_s per update
+    # workers
+    STEP = "step"                      # version, applied, samples, compute_s, loss, (async) staleness
+    CONNECTED = "connected"            # version, generation: (re)connected to a PS
+    HANDOVER = "handover"              # stateless: buffered, dropped, policy, vectors, seconds
+    RECOVERED = "recovered"            # the outage (psmodes.outage.Outage.recovered)
+    # the evaluator
+    EVAL = "eval"                      # ps_step, accuracy, final, t_snapshot, samples, eval_s
+    # the launcher
+    LAUNCH = "launch"                  # the mpirun command and its start
+    KILL = "kill"                      # a fault sent: target role, pid, host, t_s
+    KILL_FAILED = "kill_failed"        # a kill that could not be sent
+    KILL_NOT_REACHED = "kill_not_reached"  # a scheduled kill whose time or step never came
+    CRASH = "crash"                    # a rank's crash report read from mpirun.log
+    LINGERED = "lingered"              # mpirun stopped after every rank had left
+    EXIT = "exit"                      # the launcher's end: return code, reason
+    JOB_EXIT = "job_exit"              # job-restart: one attempt's job ended
+    RESTART = "restart"                # job-restart: the next attempt starts
+    CLOCK_OFFSETS = "clock_offsets"    # per-host clock offsets (clusters)
 
 
 class EventLog:
@@ -23,8 +73,8 @@ class EventLog:
         self._fh = open(self.path, "a", buffering=1)
         self._lock = threading.Lock()  # the PS's checkpoint thread logs too
 
-    def emit(self, ev: str, **fields) -> dict:
-        record = {"t": time.time(), "ev": ev, "who": self.name, **fields}
+    def emit(self, ev: Ev | str, **fields) -> dict:
+        record = {"t": time.time(), "ev": str(Ev(ev)), "who": self.name, **fields}  # ValueError: not declared
         line = json.dumps(record, separators=(",", ":"), default=_plain) + "\n"
         with self._lock:
             self._fh.write(line)

@@ -42,6 +42,8 @@ import signal
 import socket
 from pathlib import Path
 
+from .events import Ev
+
 ENV = "PSBENCH_KILL_POINT"
 POINTS = ("apply", "send_weights", "checkpoint_write", "chain_forward", "replay", "takeover", "spawn", "in_spawn")
 REPLICA_POINTS = ("tail_receive",)
@@ -85,7 +87,7 @@ def reached(name: str, ctx, **fields) -> bool:
             continue
         os.write(fd, f"{os.getpid()}\n".encode())
         os.close(fd)
-        ctx.log.emit("killpoint", point=name, nth=i, pid=os.getpid(), host=socket.gethostname(),
+        ctx.log.emit(Ev.KILLPOINT, point=name, nth=i, pid=os.getpid(), host=socket.gethostname(),
                      role=ctx.cluster.me.label, generation=ctx.cluster.generation, **fields)
         os.kill(os.getpid(), signal.SIGSTOP)
         return True

@@ -18,6 +18,8 @@ import threading
 import time
 import traceback
 
+from .events import Ev, EventLog  # light (json, threading): no cost to a replacement's start-up
+
 T_START = time.time()
 
 
@@ -68,12 +70,11 @@ def main(argv: list[str] | None = None) -> int:
         cluster = Cluster(world.Dup(), list(full), me)
         name = me.label
     from .context import Context, RunFailed, set_threads
-    from .events import EventLog
 
     log = EventLog(cfg.run_dir, name)
     threads = set_threads(cfg)
     ctx = Context(cfg, cluster, log)
-    log.emit("start", role=me.label, pid=os.getpid(), rank=cluster.rank, size=cluster.world.Get_size(), threads=threads,
+    log.emit(Ev.START, role=me.label, pid=os.getpid(), rank=cluster.rank, size=cluster.world.Get_size(), threads=threads,
              generation=cluster.generation, device=str(ctx.device), host=MPI.Get_processor_name())
     try:
         if me.kind == "ps":
@@ -95,19 +96,19 @@ def main(argv: list[str] | None = None) -> int:
                 from .worker import Worker
             Worker(ctx, worker_comm).run()
     except RunFailed as exc:
-        log.emit("failed", reason=str(exc))
+        log.emit(Ev.FAILED, reason=str(exc))
         print(f"psbench[{name}]: {exc}", file=sys.stderr)
         _exit(log, 3)
     except PeerFailed as exc:
         # a death this role does not repair (a worker seeing another worker die): an expected
         # end, recorded; ULFM tells the others, who end the same way or repair
-        log.emit("failed", reason=f"a peer died and {me.label} cannot go on without it ({exc})")
+        log.emit(Ev.FAILED, reason=f"a peer died and {me.label} cannot go on without it ({exc})")
         print(f"psbench[{name}]: a peer died: {exc}", file=sys.stderr)
         _exit(log, 3)
     except Exception as exc:  # noqa: BLE001 - record, then take the job down instead of hanging peers
         from .transport import PeerTimeout
 
-        log.emit("failed", reason=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
+        log.emit(Ev.FAILED, reason=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
         print(f"psbench[{name}]: {type(exc).__name__}: {exc}", file=sys.stderr)
         if not isinstance(exc, PeerTimeout):
             traceback.print_exc()
@@ -152,7 +153,7 @@ def emit_usage(log) -> None:
     """This process's CPU time (all threads), wall time and peak RSS: ``psbench perf``
     shows per-rank CPU time to catch ranks that spin while they wait."""
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    log.emit("usage", cpu_s=round(ru.ru_utime + ru.ru_stime, 3), wall_s=round(time.time() - T_START, 3),
+    log.emit(Ev.USAGE, cpu_s=round(ru.ru_utime + ru.ru_stime, 3), wall_s=round(time.time() - T_START, 3),
              maxrss_mb=round(ru.ru_maxrss / 1024, 1))
 
 

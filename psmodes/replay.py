@@ -20,7 +20,6 @@ from __future__ import annotations
 import torch
 
 PAPER_THRESHOLD = 50
-POLICY_CODES = {"paper": 1, "mean": 2, "sequential": 3, "staleness": 4, "local": 5}
 
 
 class UpdateBuffer:

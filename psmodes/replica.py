@@ -19,8 +19,10 @@ from mpi4py import MPI
 from . import killpoints
 from . import transport as tp
 from .context import Context, RunFailed
+from .messages import Ack, State, Stop
 from .server import build_flat, make_server, write_pid_file
 from .sgd import FlatSGD
+from .events import Ev
 
 
 class Replica:
@@ -73,7 +75,7 @@ class Replica:
 
     def _run_as_head(self, replicate_first: bool) -> None:
         ctx = self.ctx
-        ctx.log.emit("promoted", version=self.version, role="ps")
+        ctx.log.emit(Ev.PROMOTED, version=self.version, role="ps")
         server = make_server(ctx, opt=self.opt, prev=self.prev, t0_ms=self.t0_ms, fresh=False)
         if replicate_first:
             ctx.resilient(lambda: server._replicate(wait_ack=True), via="ps",
@@ -86,28 +88,26 @@ class Replica:
         while True:
             c = ctx.cluster
             pred = c.rank - 1
-            hdr, _ = tp.recv_header(c.world, MPI.ANY_SOURCE, tp.TAG_CHAIN, ctx.outage_timeout, "replica waits for state",
-                                    on_idle=ctx.idle)
+            msg, _ = tp.recv(c.world, MPI.ANY_SOURCE, tp.TAG_CHAIN, ctx.outage_timeout, "replica waits for state",
+                             State, Stop, on_idle=ctx.idle)
             succ = c.rank + 1 if c.rank + 1 < len(c.roles) and c.roles[c.rank + 1].kind == "replica" else None
-            if hdr[0] == tp.STOP:
+            if isinstance(msg, Stop):
                 if succ is not None:
-                    tp.send(c.world, hdr, None, succ, tp.TAG_CHAIN, ctx.peer_timeout, "forward stop",
+                    tp.send(c.world, msg, None, succ, tp.TAG_CHAIN, ctx.peer_timeout, "forward stop",
                             watch=ctx.death_watch())
-                ctx.log.emit("done", version=self.version, completed=True)
+                ctx.log.emit(Ev.DONE, version=self.version, completed=True)
                 return True
-            if hdr[0] != tp.STATE:
-                raise RunFailed(f"replica got an unexpected message kind {hdr[0]}")
+            version = msg.version
             if succ is None:
-                killpoints.reached("tail_receive", ctx, version=int(hdr[1]))
+                killpoints.reached("tail_receive", ctx, version=version)
             tp.recv_payload(c.world, self.incoming.numpy(), pred, tp.TAG_CHAIN, ctx.peer_timeout, "replica receives state",
                             watch=ctx.death_watch())
-            version = int(hdr[1])
             # forward (or acknowledge) first, keep the copies while it travels: the head waits for the
             # tail's ACK on every strict update, so this replica's own bookkeeping stays off that path
             if succ is not None:
-                reqs = tp.isend(c.world, hdr, self.incoming.numpy(), succ, tp.TAG_CHAIN)
-            elif hdr[3]:
-                reqs = tp.isend(c.world, tp.header(tp.ACK, version), None, 0, tp.TAG_ACK)
+                reqs = tp.isend(c.world, msg, self.incoming.numpy(), succ, tp.TAG_CHAIN)
+            elif msg.wait_ack:
+                reqs = tp.isend(c.world, Ack(version), None, 0, tp.TAG_ACK)
             else:
                 reqs = []
             if self.version >= 0:
@@ -117,6 +117,6 @@ class Replica:
                     self.prev[1].copy_(self.opt.weights)
                     self.prev = (self.version, self.prev[1])
             self.opt.unpack(self.incoming, version)
-            self.version, self.t0_ms = version, int(hdr[4])
+            self.version, self.t0_ms = version, msg.t0_ms
             tp.wait(reqs, ctx.peer_timeout, "replica forwards" if succ is not None else "tail acknowledges",
                     on_idle=ctx.idle, watch=ctx.death_watch())

@@ -28,10 +28,10 @@ from . import killpoints
 from . import transport as tp
 from .context import Context, RunFailed
 from .flatparams import FlatParams, digest
-from .replay import POLICY_CODES, apply_buffered
+from .messages import POLICY_NAMES, Ack, Answer, Grad, Hello, Ready, Snapshot, State, Stop
+from .replay import apply_buffered
 from .sgd import FlatSGD
-
-POLICY_NAMES = {v: k for k, v in POLICY_CODES.items()}
+from .events import Ev
 
 
 def build_flat(ctx: Context) -> FlatParams:
@@ -58,7 +58,7 @@ def write_pid_file(ctx: Context, role: str) -> None:
     info = {"pid": os.getpid(), "host": socket.gethostname(), "rank": ctx.cluster.rank, "role": role,
             "generation": ctx.cluster.generation, "t": time.time()}
     write_text_atomic(folder / f"{role}.json", json.dumps(info) + "\n")
-    ctx.log.emit("role", **info)
+    ctx.log.emit(Ev.ROLE, **info)
 
 
 def read_restart(cfg) -> dict | None:
@@ -149,12 +149,12 @@ class ParameterServer:
         if cfg.mode == "checkpoint":
             state, skipped = ckpt.newest(self.ckpt_dir, self.numel)
             for reason in skipped:
-                log.emit("checkpoint_skipped", reason=reason)
+                log.emit(Ev.CHECKPOINT_SKIPPED, reason=reason)
             if state is None and not skipped:
                 # the PS died before its first checkpoint (version 0) was durable: version 0 is the
                 # seed's initial model, which build_flat made again; lose the steps, not the run
                 state = ckpt.make_state(self.opt.weights, self.opt.buf, 0, cfg.seed)
-                log.emit("checkpoint_none", reason=f"no checkpoint in {self.ckpt_dir}: starting from the "
+                log.emit(Ev.CHECKPOINT_NONE, reason=f"no checkpoint in {self.ckpt_dir}: starting from the "
                                                    "initial weights (version 0)")
             if state is None:
                 raise RunFailed(f"no loadable checkpoint in {self.ckpt_dir}")
@@ -163,7 +163,7 @@ class ParameterServer:
                 self.opt.buf.copy_(state["momentum"])
                 self.opt.has_buf = True
             self.opt.version = state["version"]
-            log.emit("resume", from_version=state["version"], digest=digest(self.opt.weights),
+            log.emit(Ev.RESUME, from_version=state["version"], digest=digest(self.opt.weights),
                      attempt=self.restart["attempt"] if self.restart else None)
         elif cfg.mode == "stateless":
             self.stateless_empty = True  # weights and updates come from the workers
@@ -183,24 +183,22 @@ class ParameterServer:
         world, c = ctx.cluster.world, ctx.cluster
         if self.stateless_empty:
             # tell the leader we can take the hand-over; the workers train on until then
-            tp.send(world, tp.header(tp.READY), None, c.leader, tp.TAG_FROM_PS, ctx.peer_timeout, "PS ready")
+            tp.send(world, Ready(), None, c.leader, tp.TAG_FROM_PS, ctx.peer_timeout, "PS ready")
         while not self.stopped:
-            hdr, _ = tp.recv_header(world, MPI.ANY_SOURCE, tp.TAG_TO_PS, ctx.outage_timeout, "PS waits for the leader",
-                                    on_idle=self._idle)
-            if hdr[0] == tp.HELLO:
-                self._hello(hdr)
-            elif hdr[0] == tp.GRAD:
-                t0 = time.perf_counter()
-                tp.recv_payload(world, self.grad.numpy(), c.leader, tp.TAG_TO_PS, ctx.peer_timeout, "PS receives gradient")
-                if hdr[1] != self.opt.version:
-                    raise RunFailed(f"gradient for version {hdr[1]} reached a PS at version {self.opt.version}")
-                t1 = time.perf_counter()
-                self._update(self.grad)
-                t2 = time.perf_counter()
-                self._reply(weights=not self.workers_apply)
-                self.timing.add(t0, t1, t2, time.perf_counter())
-            else:
-                raise RunFailed(f"PS got an unexpected message kind {hdr[0]}")
+            msg, _ = tp.recv(world, MPI.ANY_SOURCE, tp.TAG_TO_PS, ctx.outage_timeout, "PS waits for the leader",
+                             Hello, Grad, on_idle=self._idle)
+            if isinstance(msg, Hello):
+                self._hello(msg)
+                continue
+            t0 = time.perf_counter()
+            tp.recv_payload(world, self.grad.numpy(), c.leader, tp.TAG_TO_PS, ctx.peer_timeout, "PS receives gradient")
+            if msg.version != self.opt.version:
+                raise RunFailed(f"gradient for version {msg.version} reached a PS at version {self.opt.version}")
+            t1 = time.perf_counter()
+            self._update(self.grad)
+            t2 = time.perf_counter()
+            self._reply(weights=not self.workers_apply)
+            self.timing.add(t0, t1, t2, time.perf_counter())
         self._finish()
 
     def _update(self, grad: torch.Tensor, lr_scale: float = 1.0) -> None:
@@ -221,7 +219,7 @@ class ParameterServer:
             waited = self.writer.submit(state)
             if cfg.checkpoint_sync:
                 self.writer.wait_idle(self.ctx.peer_timeout)
-            self.ctx.log.emit("checkpoint_start", version=v, copy_s=copy_s, waited_s=waited)
+            self.ctx.log.emit(Ev.CHECKPOINT_START, version=v, copy_s=copy_s, waited_s=waited)
 
     def _reply(self, weights: bool = True) -> None:
         """The answer to the leader: the new weights, or (``weights=False``) only the version
@@ -231,31 +229,30 @@ class ParameterServer:
         self.stopped = bool((cfg.steps and self.opt.version >= cfg.steps)
                             or (cfg.duration_s and elapsed >= cfg.duration_s))
         if self.opt.version % 10 == 0:
-            self.ctx.log.emit("update", version=self.opt.version)
-        hdr = tp.header(tp.WEIGHTS, self.opt.version, int(self.stopped), self.t0_ms, int(weights))
-        reqs = tp.isend(self.ctx.cluster.world, hdr, self.opt.weights.numpy() if weights else None,
+            self.ctx.log.emit(Ev.UPDATE, version=self.opt.version)
+        answer = Answer(self.opt.version, self.stopped, self.t0_ms, weights=weights, applied=True)
+        reqs = tp.isend(self.ctx.cluster.world, answer, self.opt.weights.numpy() if weights else None,
                         self.ctx.cluster.leader, tp.TAG_FROM_PS)
         killpoints.reached("send_weights", self.ctx, version=self.opt.version)
         tp.wait(reqs, self.ctx.peer_timeout, "PS sends weights")
 
-    def _hello(self, hdr: np.ndarray) -> None:
+    def _hello(self, hello: Hello) -> None:
         """Reconcile with the leader; see the module docstring."""
         ctx, world, leader = self.ctx, self.ctx.cluster.world, self.ctx.cluster.leader
-        leader_version, pending, n_buffered, t0_ms, policy_code = (int(x) for x in hdr[1:6])
+        leader_version = hello.version
         info: dict = {"leader_version": leader_version, "ps_version_before": self.opt.version}
         if leader_version < 0 and self.restart is not None:
             pass  # the first contact of a restarted job: training goes on on the run's clock
         elif leader_version < 0:  # the first contact of the run
             self.t0_ms = int(time.time() * 1000)
-            ctx.log.emit("train_start", t0_ms=self.t0_ms)
+            ctx.log.emit(Ev.TRAIN_START, t0_ms=self.t0_ms)
         else:
-            self.t0_ms = t0_ms
+            self.t0_ms = hello.t0_ms
         if self.stateless_empty:
             tp.recv_payload(world, self.opt.weights.numpy(), leader, tp.TAG_HANDOVER, ctx.peer_timeout, "hand-over weights")
             self.opt.version = leader_version
-            policy = POLICY_NAMES[policy_code]
+            policy, n_buffered, n_vectors = POLICY_NAMES[hello.policy], hello.buffered, hello.vectors
             vectors = []
-            n_vectors = int(hdr[6])
             for _ in range(n_vectors):
                 vec = torch.zeros(self.numel)
                 tp.recv_payload(world, vec.numpy(), leader, tp.TAG_HANDOVER, ctx.peer_timeout, "hand-over updates")
@@ -263,11 +260,11 @@ class ParameterServer:
             staleness = apply_buffered(self.opt, policy, n_buffered, vectors, hook=self._replay_hook)
             self.stateless_empty = False
             info.update(replayed=n_buffered, policy=policy, staleness=staleness, vectors=n_vectors)
-            ctx.log.emit("replayed", applied=n_buffered, policy=policy, version=self.opt.version, staleness=staleness)
+            ctx.log.emit(Ev.REPLAYED, applied=n_buffered, policy=policy, version=self.opt.version, staleness=staleness)
             self._after_update()
         else:
             info["digest_at_leader_version"] = self._digest_at(leader_version)
-            if pending:
+            if hello.pending:
                 tp.recv_payload(world, self.grad.numpy(), leader, tp.TAG_TO_PS, ctx.peer_timeout, "pending gradient")
                 if self.opt.version == leader_version:
                     self._update(self.grad)
@@ -278,7 +275,7 @@ class ParameterServer:
                     info["pending"] = "dropped (PS is behind the leader)"
         info["ps_version"] = self.opt.version
         info["lost_steps"] = max(0, leader_version - info["ps_version_before"]) if leader_version >= 0 else 0
-        ctx.log.emit("hello", **info)
+        ctx.log.emit(Ev.HELLO, **info)
         self.started = True
         self._reply()
         self._took_over()
@@ -321,16 +318,16 @@ class ParameterServer:
         tp.wait(self._repl_sends.on(c.world), ctx.peer_timeout, "previous replication", on_idle=ctx.idle,
                 watch=ctx.death_watch())
         self.opt.pack(self._repl_buf)
-        hdr = tp.header(tp.STATE, self.opt.version, 0, int(wait_ack), self.t0_ms)
-        self._repl_sends.post(c.world, tp.isend(c.world, hdr, self._repl_buf.numpy(), c.replicas[0], tp.TAG_CHAIN))
+        state = State(self.opt.version, wait_ack, self.t0_ms)
+        self._repl_sends.post(c.world, tp.isend(c.world, state, self._repl_buf.numpy(), c.replicas[0], tp.TAG_CHAIN))
         killpoints.reached("chain_forward", ctx, version=self.opt.version)
         if wait_ack:
             tp.wait(self._repl_sends.on(c.world), ctx.peer_timeout, "replicate to the chain", on_idle=ctx.idle,
                     watch=ctx.death_watch())
-            ack, _ = tp.recv_header(c.world, MPI.ANY_SOURCE, tp.TAG_ACK, ctx.peer_timeout, "tail acknowledges",
-                                    on_idle=ctx.idle)
-            if ack[1] != self.opt.version:
-                raise RunFailed(f"tail acknowledged version {ack[1]}, head is at {self.opt.version}")
+            ack, _ = tp.recv(c.world, MPI.ANY_SOURCE, tp.TAG_ACK, ctx.peer_timeout, "tail acknowledges", Ack,
+                             on_idle=ctx.idle)
+            if ack.version != self.opt.version:
+                raise RunFailed(f"tail acknowledged version {ack.version}, head is at {self.opt.version}")
 
     # ---- idle work: evaluator snapshots
     def _idle(self) -> None:
@@ -352,23 +349,22 @@ class ParameterServer:
                 return  # the evaluator is still busy; never make the workers wait for it
         self._next_eval = now + ctx.cfg.eval_interval_s
         self._eval_buf[:] = self.opt.weights.numpy()
-        hdr = tp.header(tp.SNAPSHOT, self.opt.version, int(final), int(time.time() * 1000), self.t0_ms)
-        self._eval_sends.post(c.world, tp.isend(c.world, hdr, self._eval_buf, c.evaluator, tp.TAG_EVAL))
+        snapshot = Snapshot(self.opt.version, final, int(time.time() * 1000), self.t0_ms)
+        self._eval_sends.post(c.world, tp.isend(c.world, snapshot, self._eval_buf, c.evaluator, tp.TAG_EVAL))
 
     def _on_checkpoint(self, version: int, path: Path, seconds: float) -> None:
-        self.ctx.log.emit("checkpoint", version=version, path=path.name, write_s=seconds,
+        self.ctx.log.emit(Ev.CHECKPOINT, version=version, path=path.name, write_s=seconds,
                           bytes=path.stat().st_size if path.exists() else 0)
 
     def _on_checkpoint_failed(self, version: int, exc: OSError) -> None:
         # training goes on; the newest checkpoint that was written stays the one to resume from
-        self.ctx.log.emit("checkpoint_failed", version=version, error=f"{type(exc).__name__}: {exc}")
+        self.ctx.log.emit(Ev.CHECKPOINT_FAILED, version=version, error=f"{type(exc).__name__}: {exc}")
 
     def _finish(self) -> None:
         ctx, c = self.ctx, self.ctx.cluster
         if ctx.cfg.mode == "chain" and c.replicas:
             tp.wait(self._repl_sends.on(c.world), ctx.peer_timeout, "previous replication", watch=ctx.death_watch())
-            hdr = tp.header(tp.STOP, self.opt.version)
-            tp.send(c.world, hdr, None, c.replicas[0], tp.TAG_CHAIN, ctx.peer_timeout, "stop the chain",
+            tp.send(c.world, Stop(self.opt.version), None, c.replicas[0], tp.TAG_CHAIN, ctx.peer_timeout, "stop the chain",
                     watch=ctx.death_watch())
         if c.evaluator is not None:
             self._push_snapshot(final=True)
@@ -377,9 +373,9 @@ class ParameterServer:
             from .evaluator import evaluate_full
 
             acc = evaluate_full(ctx, self.opt.weights)
-            ctx.log.emit("eval", ps_step=self.opt.version, accuracy=acc, final=True,
+            ctx.log.emit(Ev.EVAL, ps_step=self.opt.version, accuracy=acc, final=True,
                          t_snapshot=time.time(), t0_ms=self.t0_ms, samples=None)
         if self.writer is not None:
             self.writer.close()
-        ctx.log.emit("ps_timing", numel=self.numel, sends_weights=not self.workers_apply, **self.timing.medians())
-        ctx.log.emit("done", version=self.opt.version, completed=True, digest=digest(self.opt.weights))
+        ctx.log.emit(Ev.PS_TIMING, numel=self.numel, sends_weights=not self.workers_apply, **self.timing.medians())
+        ctx.log.emit(Ev.DONE, version=self.opt.version, completed=True, digest=digest(self.opt.weights))

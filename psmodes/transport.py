@@ -1,7 +1,8 @@
 """Point-to-point PS traffic on mpi4py buffer calls, with ULFM failure reporting.
 
 Nothing here pickles: every message is a fixed 8-int64 header followed, when
-the header says so, by a float32 payload of a size both sides know. Waits poll
+the header says so, by a float32 payload of a size both sides know. The messages
+themselves, with their named fields, are defined in :mod:`psmodes.messages`. Waits poll
 ``Request.Test`` with a short sleep instead of blocking in ``Wait``: Open MPI's
 blocking waits spin a core, which starves the other ranks when ranks outnumber
 cores, and a poll loop is also where timeouts and failure checks live.
@@ -16,6 +17,8 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from .messages import HEADER_LEN, Message, parse
+
 # message tags
 TAG_TO_PS = 11       # leader/worker -> PS: gradient or control
 TAG_FROM_PS = 12     # PS -> leader/worker: weights
@@ -25,10 +28,6 @@ TAG_ACK = 15         # tail -> head: replication acknowledged
 TAG_HANDOVER = 16    # survivors -> replacement PS: state hand-over
 TAG_CTRL = 17        # leader -> workers: control header
 TAG_SENTINEL = 18    # never sent: an ANY_SOURCE receive on it fails as soon as any peer dies
-
-# header kinds
-GRAD, WEIGHTS, STOP, SNAPSHOT, STATE, ACK, HELLO, BUFFERED, READY = range(1, 10)
-HEADER_LEN = 8
 
 SHORT_POLL = 2e-4  # the longest sleep between polls of a wait that is short and on the critical path
 
@@ -48,13 +47,6 @@ class PeerFailed(RuntimeError):
 
 class PeerTimeout(RuntimeError):
     """A wait on a peer exceeded its timeout: the run is hung, not failed over."""
-
-
-def header(kind: int, *values: int) -> np.ndarray:
-    h = np.zeros(HEADER_LEN, dtype=np.int64)
-    h[0] = kind
-    h[1:1 + len(values)] = values
-    return h
 
 
 def classify(exc: MPI.Exception, what: str) -> Exception:
@@ -114,13 +106,14 @@ def call(fn, what: str, *args, **kwargs):
         raise classify(exc, what) from None
 
 
-def send(comm: MPI.Comm, hdr: np.ndarray, payload: np.ndarray | None, dest: int, tag: int,
+def send(comm: MPI.Comm, msg: Message, payload: np.ndarray | None, dest: int, tag: int,
          timeout: float, what: str, on_idle=None, watch: MPI.Request | None = None) -> None:
-    wait(isend(comm, hdr, payload, dest, tag), timeout, what, on_idle=on_idle, watch=watch)
+    wait(isend(comm, msg, payload, dest, tag), timeout, what, on_idle=on_idle, watch=watch)
 
 
-def isend(comm: MPI.Comm, hdr: np.ndarray, payload: np.ndarray | None, dest: int, tag: int) -> list:
-    reqs = [comm.Isend(hdr, dest, tag)]
+def isend(comm: MPI.Comm, msg: Message, payload: np.ndarray | None, dest: int, tag: int) -> list:
+    """Post a message's header (and its payload); the header buffer lives as long as the request."""
+    reqs = [comm.Isend(msg.to_header(), dest, tag)]
     if payload is not None:
         reqs.append(comm.Isend(payload, dest, tag))
     return reqs
@@ -138,6 +131,13 @@ def recv_header(comm: MPI.Comm, source: int, tag: int, timeout: float, what: str
         _cancel(req)
         raise
     return hdr, (status.Get_source() if source == MPI.ANY_SOURCE else source)
+
+
+def recv(comm: MPI.Comm, source: int, tag: int, timeout: float, what: str, *expected: type[Message],
+         on_idle=None, poll: float = 0.001) -> tuple[Message, int]:
+    """Receive one message (one of ``expected``, if given); returns (message, source rank)."""
+    hdr, src = recv_header(comm, source, tag, timeout, what, on_idle=on_idle, poll=poll)
+    return parse(hdr, *expected), src
 
 
 def recv_payload(comm: MPI.Comm, buf: np.ndarray, source: int, tag: int, timeout: float, what: str,

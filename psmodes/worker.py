@@ -25,16 +25,14 @@ from benchmarks.registry import shard_batches
 
 from . import transport as tp
 from .allreduce import Allreducer
-from .context import ACTION_NONE, Context, no_repair
+from .context import Context, no_repair
 from .flatparams import FlatParams, digest
-from .replay import POLICY_CODES, UpdateBuffer
+from .messages import (ACT_NONE, ACT_SHRINK, ACT_SPAWN, ACTION_NONE, APPLY, DONE, FAILED, HEADER_LEN, KEEP,
+                       POLICY_CODES, RECEIVE, RUNNING, Answer, Control, Grad, Hello)
+from .outage import Outage
+from .replay import UpdateBuffer
 from .sgd import FlatSGD, sgd_step_
-
-ACT_NONE, ACT_SHRINK, ACT_SPAWN = 0, 1, 2
-RUNNING, DONE, FAILED = 0, 1, 2
-# control header: [weights, version, stop, action, compute_next, t0_ms, -, -]
-# weights: what the workers do with their copy of the model before the next step
-KEEP, RECEIVE, APPLY = 0, 1, 2  # keep it; take the leader's broadcast; apply the averaged gradient
+from .events import Ev
 
 
 class Worker:
@@ -72,7 +70,8 @@ class Worker:
         self.recv_buf = np.zeros(self.numel, dtype=np.float32)    # staging: a cut receive never tears weights_in
         on_cpu = ctx.device.type == "cpu"
         self.grad_host = self.flat.grads if on_cpu else torch.empty(self.numel).pin_memory()
-        self.ctrl = np.zeros(tp.HEADER_LEN, dtype=np.int64)
+        self.ctrl = Control()  # the leader's word for the next step (the leader writes it, the others receive it)
+        self.ctrl_buf = np.zeros(HEADER_LEN, dtype=np.int64)
         self.reply_weights = RECEIVE
         # leader state
         self.version = -1
@@ -82,12 +81,12 @@ class Worker:
         self.repair_due: float | None = None
         self.buffer: UpdateBuffer | None = None
         self.local_opt: FlatSGD | None = None
-        self.outage: dict | None = None
+        self.outage: Outage | None = None
         self.ready_req: MPI.Request | None = None
         self.repair_thread = None  # a repair step running on a helper thread (stateless)
         self.repair_kind = ""
         self.repair_error: BaseException | None = None
-        self.ready_buf = np.zeros(tp.HEADER_LEN, dtype=np.int64)
+        self.ready_buf = np.zeros(HEADER_LEN, dtype=np.int64)
         self.samples_per_step = ctx.batch_size * cfg.workers
         self.last_loss = float("nan")
         from .server import write_pid_file
@@ -126,15 +125,18 @@ class Worker:
         req = self.ctrl_comm.Ibcast(buf, root=0)
         tp.wait(req, timeout, what)
 
-    def _sync_ctrl(self) -> np.ndarray:
+    def _sync_ctrl(self) -> Control:
         """The leader's control header to every worker (point to point: W-1
         64-byte messages, and a wait that can report which peer failed)."""
         comm, timeout = self.ctrl_comm, self.ctx.outage_timeout
         if self.leader:
-            reqs = [comm.Isend(self.ctrl, r, tp.TAG_CTRL) for r in range(1, comm.Get_size())]
+            self.ctrl_buf[:] = self.ctrl.to_header()
+            reqs = [comm.Isend(self.ctrl_buf, r, tp.TAG_CTRL) for r in range(1, comm.Get_size())]
         else:
-            reqs = [comm.Irecv(self.ctrl, 0, tp.TAG_CTRL)]
+            reqs = [comm.Irecv(self.ctrl_buf, 0, tp.TAG_CTRL)]
         tp.wait(reqs, timeout, "control header", poll=tp.SHORT_POLL)
+        if not self.leader:
+            self.ctrl = Control.from_header(self.ctrl_buf)
         return self.ctrl
 
     # ---- the loop
@@ -144,17 +146,15 @@ class Worker:
             self._connect_and_steer(pending=False)
         self._sync_ctrl()
         self._take_weights()
-        compute = bool(self.ctrl[4])
+        compute = self.ctrl.compute
         while True:
             t_iter = time.perf_counter()
-            idle_before = self.outage["idle_s"] if self.outage is not None else 0.0
+            idle_before = self.outage.idle_s if self.outage is not None else 0.0
             compute_s = self._compute() if compute else 0.0
             if self.leader:
                 self._lead(compute, compute_s)
-            else:
-                self.ctrl[:] = 0
             self._sync_ctrl()
-            action = int(self.ctrl[3])
+            action = self.ctrl.action
             while action != ACT_NONE:  # again when the PS died during the reconnection
                 t_action = time.perf_counter()
                 self._join_repair()
@@ -175,17 +175,17 @@ class Worker:
                         self._ps_lost(exc, time.time(), 0.0)
                 self._sync_ctrl()
                 self._add_idle(time.perf_counter() - t_action)
-                action = int(self.ctrl[3])
+                action = self.ctrl.action
             self._take_weights()
             if not compute_s and self.outage is not None:  # an iteration that only waited for the repair
-                counted = self.outage["idle_s"] - idle_before  # repair steps counted above
+                counted = self.outage.idle_s - idle_before  # repair steps counted above
                 self._add_idle(max(0.0, time.perf_counter() - t_iter - counted))
-            compute = bool(self.ctrl[4])
-            if self.ctrl[2] != RUNNING:
+            compute = self.ctrl.compute
+            if self.ctrl.stop != RUNNING:
                 self._join_repair()
                 break
         self._end_pending_repair()
-        log.emit("done", completed=bool(self.ctrl[2] == DONE), version=int(self.ctrl[1]),
+        log.emit(Ev.DONE, completed=self.ctrl.stop == DONE, version=self.ctrl.version,
                  digest=digest(self.flat.weights))
         self.allreducer.close()
 
@@ -196,17 +196,17 @@ class Worker:
             self.ctx.announce(ACTION_NONE)
 
     def _take_weights(self) -> None:
-        if self.ctrl[0] == RECEIVE:
+        if self.ctrl.weights == RECEIVE:
             self._bcast(self.weights_in, "weights broadcast", self.ctx.peer_timeout)
-        elif self.ctrl[0] == APPLY:  # the PS applied this step's gradient: do the same, bit for bit
+        elif self.ctrl.weights == APPLY:  # the PS applied this step's gradient: do the same, bit for bit
             sgd_step_(torch.from_numpy(self.weights_in), self.grad_host, self.ctx.lr)
-        if self.ctrl[0] != KEEP:
+        if self.ctrl.weights != KEEP:
             self.flat.weights.copy_(torch.from_numpy(self.weights_in))
 
     # ---- leader only
     def _set_ctrl(self, new_weights: int, stop: int = RUNNING, action: int = ACT_NONE) -> None:
         compute = self.ps_up or self.ctx.cfg.mode == "stateless"
-        self.ctrl[:] = (int(new_weights), self.version, stop, action, int(compute), self.t0_ms, 0, 0)
+        self.ctrl = Control(int(new_weights), self.version, stop, action, compute, self.t0_ms)
 
     def _lead(self, computed: bool, compute_s: float) -> None:
         log = self.ctx.log
@@ -218,7 +218,7 @@ class Worker:
             except tp.PeerFailed as exc:
                 self._ps_lost(exc, t_send, compute_s)
                 return
-            log.emit("step", version=self.version, applied=True, staleness=0, samples=self.samples_per_step,
+            log.emit(Ev.STEP, version=self.version, applied=True, staleness=0, samples=self.samples_per_step,
                      compute_s=round(compute_s, 6), allreduce_s=round(self.allreducer.last_s, 6),
                      exchange_s=round(time.time() - t_send, 6), loss=round(self.last_loss, 5))
             if self.outage is not None:
@@ -233,7 +233,7 @@ class Worker:
                 if self.local_opt is not None:
                     self.local_opt.step(self.grad_host)  # updates weights_in in place
                     new_weights = True
-                log.emit("step", version=self.version, applied=False, buffered=self.buffer.count,
+                log.emit(Ev.STEP, version=self.version, applied=False, buffered=self.buffer.count,
                          samples=self.samples_per_step, compute_s=round(compute_s, 6), loss=round(self.last_loss, 5))
         else:
             time.sleep(0.01)  # nothing to do but wait for the repair
@@ -276,19 +276,19 @@ class Worker:
         c, ctx = self.ctx.cluster, self.ctx
         # the watch: a PS that went into the repair after a death elsewhere (a chain replica) never
         # takes this gradient; the leader must notice that death too instead of waiting out the timeout
-        tp.send(c.world, tp.header(tp.GRAD, self.version), self.grad_host.numpy(), c.ps, tp.TAG_TO_PS,
+        tp.send(c.world, Grad(self.version), self.grad_host.numpy(), c.ps, tp.TAG_TO_PS,
                 ctx.peer_timeout, "leader sends gradient", watch=ctx.death_watch())
         self.pending = True
-        hdr, _ = tp.recv_header(c.world, MPI.ANY_SOURCE, tp.TAG_FROM_PS, ctx.peer_timeout, "leader waits for weights",
-                                poll=tp.SHORT_POLL)
-        if hdr[4]:
+        answer, _ = tp.recv(c.world, MPI.ANY_SOURCE, tp.TAG_FROM_PS, ctx.peer_timeout, "leader waits for weights",
+                            Answer, poll=tp.SHORT_POLL)
+        if answer.weights:
             self._recv_weights()
             self.reply_weights = RECEIVE
         else:  # the PS only acknowledged: every worker applies the same update to its copy (_take_weights)
             self.reply_weights = APPLY
         self.pending = False
-        self.version, self.t0_ms = int(hdr[1]), int(hdr[3])
-        return bool(hdr[2])
+        self.version, self.t0_ms = answer.version, answer.t0_ms
+        return answer.stop
 
     def _recv_weights(self) -> None:
         c = self.ctx.cluster
@@ -300,16 +300,16 @@ class Worker:
 
     def _ps_lost(self, exc: tp.PeerFailed, t_send: float, compute_s: float) -> None:
         cfg, log = self.ctx.cfg, self.ctx.log
-        log.emit("detect", via="leader", error=str(exc), t_detect=time.time(), version=self.version,
+        log.emit(Ev.DETECT, via="leader", error=str(exc), t_detect=time.time(), version=self.version,
                  digest=digest(self.weights_in), role="worker0")
         if cfg.dies_with_ps:
-            log.emit("failed", reason=f"PS died ({exc}); {no_repair(cfg)}")
+            log.emit(Ev.FAILED, reason=f"PS died ({exc}); {no_repair(cfg)}")
             self._set_ctrl(False, stop=FAILED)
             return
         self.ps_up = False
         if self.outage is None:
             # the exchange began right after this step's compute; idle time starts there
-            self.outage = {"t_start": t_send, "idle_s": 0.0, "t_detect": time.time(), "version": self.version}
+            self.outage = Outage(t_start=t_send, t_detect=time.time(), version=self.version)
         self._add_idle(time.time() - t_send)  # the exchange that hung until the death was detected
         self.repair_due = time.monotonic() + cfg.restart_delay_s
         if cfg.mode == "stateless" and self.buffer is None:
@@ -385,26 +385,27 @@ class Worker:
         buf = self.buffer
         handover = cfg.mode == "stateless" and c.generation > 0 and buf is not None
         vectors = buf.vectors() if handover else []
-        hdr = tp.header(tp.HELLO, self.version, int(pending and not handover), buf.count if handover else 0,
-                        self.t0_ms, POLICY_CODES[cfg.replay], len(vectors))
-        tp.send(c.world, hdr, None, c.ps, tp.TAG_TO_PS, ctx.peer_timeout, "leader says hello",
+        hello = Hello(self.version, pending=pending and not handover, buffered=buf.count if handover else 0,
+                      t0_ms=self.t0_ms, policy=POLICY_CODES[cfg.replay], vectors=len(vectors))
+        tp.send(c.world, hello, None, c.ps, tp.TAG_TO_PS, ctx.peer_timeout, "leader says hello",
                 watch=ctx.death_watch())
         if pending and not handover:
             tp.wait(c.world.Isend(self.grad_host.numpy(), c.ps, tp.TAG_TO_PS), ctx.peer_timeout, "re-send gradient",
                     watch=ctx.death_watch())
         if handover:
             handover_s = self._send_handover(vectors, time.perf_counter())
-        hdr, _ = tp.recv_header(c.world, MPI.ANY_SOURCE, tp.TAG_FROM_PS, ctx.outage_timeout, "leader waits for the PS")
+        answer, _ = tp.recv(c.world, MPI.ANY_SOURCE, tp.TAG_FROM_PS, ctx.outage_timeout, "leader waits for the PS",
+                            Answer)
         self._recv_weights()
         if handover:
             self._handed_over(len(vectors), handover_s)
-        self.version, self.t0_ms = int(hdr[1]), int(hdr[3])
+        self.version, self.t0_ms = answer.version, answer.t0_ms
         self.pending = False
         self.ps_up = True
         if self.outage is not None:
-            self.outage["lost_steps"] = max(0, self.outage["version"] - self.version) if not handover else 0
-        ctx.log.emit("connected", version=self.version, generation=c.generation)
-        return bool(hdr[2])
+            self.outage.lost_steps = max(0, self.outage.version - self.version) if not handover else 0
+        ctx.log.emit(Ev.CONNECTED, version=self.version, generation=c.generation)
+        return answer.stop
 
     def _send_handover(self, vectors: list, t_start: float) -> float:
         """stateless: the weights and the buffered updates to the replacement PS; seconds since t_start."""
@@ -419,11 +420,11 @@ class Worker:
         """The replacement answered, so it applied the buffer. Until then the buffer is kept, so a
         replacement that dies while replaying it gets it replayed by the next one (exactly once)."""
         buf, cfg = self.buffer, self.ctx.cfg
-        self.ctx.log.emit("handover", buffered=buf.count, dropped=buf.dropped, policy=cfg.replay,
+        self.ctx.log.emit(Ev.HANDOVER, buffered=buf.count, dropped=buf.dropped, policy=cfg.replay,
                           staleness=buf.staleness, vectors=n_vectors, seconds=seconds)
         if self.outage is not None:
-            self.outage["buffered"] = self.outage.get("buffered", 0) + buf.count
-            self.outage["dropped"] = self.outage.get("dropped", 0) + buf.dropped
+            self.outage.buffered += buf.count
+            self.outage.dropped += buf.dropped
         self.buffer, self.local_opt = None, None  # handed over: never sent twice
 
     # Worker idle time during an outage, measured where the workers block: the
@@ -433,14 +434,8 @@ class Worker:
     # other workers wait for the leader's control header meanwhile.
     def _add_idle(self, seconds: float) -> None:
         if self.outage is not None:
-            self.outage["idle_s"] += seconds
+            self.outage.idle_s += seconds
 
     def _recovered(self) -> None:
-        o = self.outage
-        self.ctx.log.emit(
-            "recovered", mode=self.ctx.cfg.mode, t_outage_start=o["t_start"], t_detect=o["t_detect"],
-            idle_s=o["idle_s"],
-            lost_steps=o.get("lost_steps", 0),
-            buffered_updates=o.get("buffered", 0), dropped_updates=o.get("dropped", 0),
-            version_before=o["version"], version_after=self.version)
+        self.ctx.log.emit(Ev.RECOVERED, **self.outage.recovered(self.ctx.cfg.mode, self.version))
         self.outage, self.buffer, self.local_opt = None, None, None

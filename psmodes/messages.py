@@ -1,0 +1,188 @@
+"""Every message between ranks, defined once: a small frozen type with named fields.
+
+On the wire each message is the fixed header of :data:`HEADER_LEN` int64s that
+:mod:`psmodes.transport` moves (``[kind, field 1, field 2, ...]``, unused slots 0),
+followed, when the message says so, by a float32 payload of a size both sides know.
+Nothing is pickled. :meth:`Message.to_header` and :func:`parse` are the only code that
+knows a field's position: the rest of psmodes reads ``msg.version``, never ``hdr[1]``.
+
+| message | from -> to | tag | payload that follows |
+| --- | --- | --- | --- |
+| :class:`Hello` | leader / async worker -> PS | TO_PS | the pending gradient (``pending``); a stateless hand-over's weights and ``vectors`` buffered updates (HANDOVER) |
+| :class:`Grad` | leader / async worker -> PS | TO_PS | the gradient |
+| :class:`Answer` | PS -> leader / async worker | FROM_PS | the weights, when ``weights`` |
+| :class:`Ready` | stateless replacement PS -> workers | FROM_PS | none |
+| :class:`Snapshot` | PS -> evaluator | EVAL | the weights |
+| :class:`State` | head -> replica -> ... -> tail | CHAIN | the packed optimizer state |
+| :class:`Stop` | head -> replicas | CHAIN | none |
+| :class:`Ack` | tail -> head | ACK | none |
+| :class:`Control` | leader -> the other workers (sync) | CTRL | none (the weights follow in a broadcast when ``weights == RECEIVE``) |
+| :class:`Announce` | leader -> every survivor (broadcast) | - | none |
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+HEADER_LEN = 8
+
+# Control.weights: what the workers do with their copy of the model before the next step
+KEEP, RECEIVE, APPLY = 0, 1, 2  # keep it; take the leader's broadcast; apply the averaged gradient
+# Control.stop
+RUNNING, DONE, FAILED = 0, 1, 2
+# Control.action: the repair step every worker takes together
+ACT_NONE, ACT_SHRINK, ACT_SPAWN = 0, 1, 2
+# Announce.action
+ACTION_NONE, ACTION_SPAWN = 0, 1
+
+# stateless replay policies as they travel in a Hello
+POLICY_CODES = {"paper": 1, "mean": 2, "sequential": 3, "staleness": 4, "local": 5}
+POLICY_NAMES = {code: name for name, code in POLICY_CODES.items()}
+
+
+class ProtocolError(RuntimeError):
+    """A header that is not the message its receiver expects (a bug, never a peer's failure)."""
+
+
+@dataclass(frozen=True)
+class Message:
+    """Base of every message: its fields, in order, are the header's slots 1..7."""
+
+    KIND: ClassVar[int] = 0
+
+    def to_header(self) -> np.ndarray:
+        values = [int(getattr(self, f.name)) for f in dataclasses.fields(self)]
+        hdr = np.zeros(HEADER_LEN, dtype=np.int64)
+        hdr[0] = self.KIND
+        hdr[1:1 + len(values)] = values
+        return hdr
+
+    @classmethod
+    def from_header(cls, hdr: np.ndarray):
+        if int(hdr[0]) != cls.KIND:
+            raise ProtocolError(f"expected {cls.__name__}, got {describe(hdr)}")
+        values = {}
+        for i, f in enumerate(dataclasses.fields(cls), start=1):
+            raw = int(hdr[i])
+            values[f.name] = bool(raw) if f.type in (bool, "bool") else raw
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Grad(Message):
+    """A gradient computed on weights of ``version``; the payload follows."""
+    KIND: ClassVar[int] = 1
+    version: int
+    worker: int = 0  # the sender's worker index (async: the PS answers each worker on its own)
+
+
+@dataclass(frozen=True)
+class Answer(Message):
+    """The PS's answer to a gradient or a Hello: the version the PS holds now.
+
+    ``weights``: the weights follow (sync without momentum answers a gradient with the version
+    only, and every worker applies the averaged gradient itself). Async answers also say whether
+    the gradient was ``applied``, its ``staleness`` and the version it made (``applied_as``)."""
+    KIND: ClassVar[int] = 2
+    version: int
+    stop: bool
+    t0_ms: int
+    weights: bool = True
+    applied: bool = False
+    staleness: int = -1
+    applied_as: int = -1
+
+
+@dataclass(frozen=True)
+class Stop(Message):
+    """The head's last message down the chain: the run is over at ``version``."""
+    KIND: ClassVar[int] = 3
+    version: int
+
+
+@dataclass(frozen=True)
+class Snapshot(Message):
+    """Weights of ``version`` for the evaluator, taken at ``t_ms``; ``final``: score the whole test set."""
+    KIND: ClassVar[int] = 4
+    version: int
+    final: bool
+    t_ms: int
+    t0_ms: int
+
+
+@dataclass(frozen=True)
+class State(Message):
+    """The head's packed state at ``version``, forwarded down the chain; ``wait_ack``: the tail acknowledges."""
+    KIND: ClassVar[int] = 5
+    version: int
+    wait_ack: bool
+    t0_ms: int
+
+
+@dataclass(frozen=True)
+class Ack(Message):
+    """The tail has ``version``."""
+    KIND: ClassVar[int] = 6
+    version: int
+
+
+@dataclass(frozen=True)
+class Hello(Message):
+    """The first message to a PS, at start and after every repair (see :mod:`psmodes.server`).
+
+    ``version``: the sender's weight version (-1: the run's first contact); ``pending``: the
+    gradient whose answer never came follows; a stateless hand-over carries ``buffered``
+    updates under ``policy`` in ``vectors`` payloads, after the weights."""
+    KIND: ClassVar[int] = 7
+    version: int
+    pending: bool = False
+    buffered: int = 0
+    t0_ms: int = 0
+    policy: int = 0
+    vectors: int = 0
+    worker: int = 0
+
+
+@dataclass(frozen=True)
+class Ready(Message):
+    """A stateless replacement PS can take the hand-over; the workers trained on until now."""
+    KIND: ClassVar[int] = 9
+
+
+@dataclass(frozen=True)
+class Control(Message):
+    """The leader's word to the other workers after each step (sync data path)."""
+    KIND: ClassVar[int] = 10
+    weights: int = KEEP     # KEEP | RECEIVE | APPLY
+    version: int = -1
+    stop: int = RUNNING     # RUNNING | DONE | FAILED
+    action: int = ACT_NONE  # ACT_NONE | ACT_SHRINK | ACT_SPAWN
+    compute: bool = False   # compute a gradient in the next step
+    t0_ms: int = 0
+
+
+@dataclass(frozen=True)
+class Announce(Message):
+    """The leader's repair announcement to every survivor."""
+    KIND: ClassVar[int] = 11
+    action: int = ACTION_NONE
+
+
+MESSAGES = {cls.KIND: cls for cls in (Grad, Answer, Stop, Snapshot, State, Ack, Hello, Ready, Control, Announce)}
+
+
+def parse(hdr: np.ndarray, *expected: type[Message]) -> Message:
+    """The message a header holds; ProtocolError when it is none of ``expected`` (if given)."""
+    cls = MESSAGES.get(int(hdr[0]))
+    if cls is None or (expected and cls not in expected):
+        names = " or ".join(c.__name__ for c in expected) or "a message"
+        raise ProtocolError(f"expected {names}, got {describe(hdr)}")
+    return cls.from_header(hdr)
+
+
+def describe(hdr: np.ndarray) -> str:
+    cls = MESSAGES.get(int(hdr[0]))
+    return f"{cls.__name__} {list(int(x) for x in hdr[1:])}" if cls else f"unknown message kind {int(hdr[0])}"
