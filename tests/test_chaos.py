@@ -20,7 +20,7 @@ def _args(**kw):
 
 
 def test_plan_is_reproducible_and_valid(tmp_path):
-    from launch.chaos import plan_trials
+    from launch.experiments.chaos import plan_trials
 
     a = plan_trials(_args(seed=4, out=tmp_path / "a"))
     b = plan_trials(_args(seed=4, out=tmp_path / "b"))
@@ -48,7 +48,7 @@ def _summary(**kw):
 
 
 def test_invariants_pass_on_a_good_trial(tmp_path):
-    from launch.chaos import check_trial
+    from launch.experiments.chaos import check_trial
 
     cfg, _ = _trial(tmp_path)
     assert check_trial(cfg, _summary(recoveries=[{"kill": 0, "lost_steps": 0, "recovery_s": 1.0}]), 20) == []
@@ -56,7 +56,7 @@ def test_invariants_pass_on_a_good_trial(tmp_path):
 
 def test_relaxed_chain_may_lose_the_state_in_flight(tmp_path):
     """K > 1: the newest shipped state may be in flight at the kill, 2K-1 lost steps are within the bound."""
-    from launch.chaos import check_trial
+    from launch.experiments.chaos import check_trial
 
     cfg, _ = _trial(tmp_path, "chain", replicate_every=5)
     assert check_trial(cfg, _summary(recoveries=[{"kill": 0, "lost_steps": 9, "recovery_s": 1.0}]), 20) == []
@@ -77,7 +77,7 @@ def test_relaxed_chain_may_lose_the_state_in_flight(tmp_path):
      "waited out its peer timeout"),
 ])
 def test_invariants_catch_violations(tmp_path, mode, cfg_kw, summary_kw, needle):
-    from launch.chaos import check_trial
+    from launch.experiments.chaos import check_trial
 
     cfg, _ = _trial(tmp_path, mode, **cfg_kw)
     bad = check_trial(cfg, _summary(**summary_kw), 20)
@@ -85,7 +85,7 @@ def test_invariants_catch_violations(tmp_path, mode, cfg_kw, summary_kw, needle)
 
 
 def test_invariants_catch_a_torn_checkpoint_and_a_missing_summary(tmp_path):
-    from launch.chaos import check_trial
+    from launch.experiments.chaos import check_trial
     from psmodes import checkpoint as ckpt
 
     cfg, run = _trial(tmp_path, "checkpoint")
@@ -141,6 +141,6 @@ def test_ctrl_c_ends_the_trials_not_just_one(tmp_path):
     assert proc.returncode == 130, stdout + stderr
     assert "interrupted during chain/trial-000" in stderr
     assert not (out / "chain" / "trial-001").exists()
-    from launch.chaos import leftover_processes
+    from launch.experiments.chaos import leftover_processes
 
     assert leftover_processes((out / "chain" / "trial-000").resolve()) == []

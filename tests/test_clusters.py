@@ -9,8 +9,8 @@ import shlex
 import pytest
 
 from conftest import psbench
-from launch import hosts as H
-from launch.faults import kill_command, kill_route
+from launch.driver import hosts as H
+from launch.driver.faults import kill_command, kill_route
 from psmodes.config import ConfigError
 from psmodes.roles import layout
 from test_cli_errors import assert_one_line_error
@@ -206,7 +206,7 @@ def test_sweep_task_out_of_range(tmp_path):
 def test_summary_of_a_job_restart(tmp_path):
     """summary.json of a job-restart run, from hand-written event streams: the launcher's
     job exit is the detection (no ULFM), downtime runs to the first step of the new job."""
-    from launch.summary import summarize
+    from launch.analysis.summary import summarize
     from psmodes.config import RunConfig
 
     cfg = RunConfig(benchmark="synthetic", mode="checkpoint", recovery="job-restart", ulfm=False, duration_s=20,

@@ -128,7 +128,7 @@ def test_run_directory_of_a_newer_format_is_refused(tmp_path):
 
 
 def test_a_newer_run_inside_a_sweep_is_listed_as_refused(tmp_path):
-    from launch.collect import load_run
+    from launch.analysis.collect import load_run
 
     run = tmp_path / "sweep" / "runs" / "a"
     run.mkdir(parents=True)
@@ -213,7 +213,7 @@ def test_disk_full_checkpoint_keeps_the_previous_one(tiny_fs):
 
 
 def test_disk_full_report_and_summary_keep_the_previous_ones(tiny_fs):
-    from launch.summary import write_summary
+    from launch.analysis.summary import write_summary
     from psmodes.atomic import write_text_atomic
 
     run = tiny_fs / "run"
@@ -302,7 +302,7 @@ def test_the_launcher_knows_when_every_rank_has_left():
     """mpirun can linger after every rank left (prterun lost a spawned job whose root was killed
     in the spawn, and waited for it until the watchdog): the launcher stops it then. A rank still
     there - no usage recorded, neither killed nor crashed - keeps the job going."""
-    from launch.runner import Ranks
+    from launch.driver.runner import Ranks
 
     ranks = Ranks()
     assert not ranks.all_left()  # nothing started yet

@@ -22,7 +22,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import events, run_ok
-from launch.summary import replay_taken
+from launch.analysis.summary import replay_taken
 
 SYN = ["--benchmark", "synthetic", "--model-params", "200000", "--workers", "2", "--eval-interval", "1s",
        "--restart-delay", "1s", "--duration", "8s", "--deadline", "120s"]
@@ -198,7 +198,8 @@ def test_injector_kills_at_the_point_and_relative_kills_follow(tmp_path):
     import subprocess
     import time
 
-    from launch.faults import Injector, parse_kills
+    from launch.driver.faults import Injector
+    from launch.driver.kills import parse_kills
     from psmodes.events import EventLog
 
     (tmp_path / "pids").mkdir()

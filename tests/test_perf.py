@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from launch.perfreport import floor_seconds, targets, throughput_ratios
+from launch.analysis.perfreport import floor_seconds, targets, throughput_ratios
 
 PSBENCH = [sys.executable, "-m", "launch.cli"]
 

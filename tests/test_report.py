@@ -15,7 +15,7 @@ from conftest import psbench
 # ---------------------------------------------------------------- statistics
 
 def test_ci95_of_a_known_sample():
-    from launch.stats import mean_ci, t_quantile
+    from launch.analysis.stats import mean_ci, t_quantile
 
     est = mean_ci([1, 2, 3, 4, 5])
     assert est.mean == 3 and est.n == 5
@@ -31,7 +31,7 @@ def test_ci95_of_a_known_sample():
 
 
 def test_welch_against_hand_computed_values():
-    from launch.stats import welch
+    from launch.analysis.stats import welch
 
     # means 3 and 5, variances 2.5 and 2.5, n = 5: t = -2, df = 8, two-sided p = 0.0805
     t = welch([1, 2, 3, 4, 5], [3, 4, 5, 6, 7])

@@ -31,10 +31,15 @@ import functools
 import json
 import os
 import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from psmodes.atomic import write_text_atomic
 from psmodes.config import ConfigError, read_user_file
+from psmodes.roles import layout
+
+from .kills import parse_kills
 
 LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
 
@@ -198,8 +203,6 @@ class Placement:
 
     def write(self, run_dir: Path) -> None:
         """placement.json (the record), hostfile (slots, for mpirun and spawns), rankmap (rank i -> host)."""
-        from psmodes.atomic import write_text_atomic
-
         write_text_atomic(run_dir / "placement.json", json.dumps(self.to_dict(), indent=2) + "\n")
         if self.hosts:
             write_text_atomic(run_dir / "hostfile", "".join(f"{h.name} slots={h.slots}\n" for h in self.hosts))
@@ -263,17 +266,12 @@ def is_local(host: str) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _own_names() -> frozenset:
-    import socket
-
     return frozenset({socket.gethostname(), socket.getfqdn()})
-
 
 
 def spares_needed(cfg) -> int:
     """Slots a run may need for replacements: one per scheduled kill when the job repairs itself
     (a dead rank's slot is not given back; a whole-job restart needs none)."""
-    from .faults import parse_kills
-
     if cfg.dies_with_ps:
         return 0
     return len(parse_kills(cfg.kill_ps, "ps", cfg.duration_s)) + len(parse_kills(cfg.kill_replica, "r", cfg.duration_s))
@@ -281,7 +279,5 @@ def spares_needed(cfg) -> int:
 
 def placement_of(cfg) -> Placement:
     """The placement of a RunConfig's ranks on its hosts."""
-    from psmodes.roles import layout
-
     return place(layout(cfg.workers, cfg.n_replicas, cfg.evaluator), from_specs(cfg.hosts), cfg.ps_host,
                  cfg.oversubscribe, spares_needed(cfg))

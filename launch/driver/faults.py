@@ -1,9 +1,9 @@
 """The fault injector: SIGKILLs the current PS (or a chain replica) on schedule.
 
-A kill point is ``AT`` = a time since training started (``20s``, ``1.5m``), a
-share of ``--duration`` (``33%``: a third of the way; lets one sweep file serve
-any run length), or a PS step (``step:800``). The target is whichever process holds the role at
-that moment, read from the pid file it writes when it takes the role
+A kill point (:mod:`launch.driver.kills`) is ``AT`` = a time since training
+started (``20s``, ``1.5m``), a share of ``--duration`` (``33%``: a third of the
+way; lets one sweep file serve any run length), or a PS step (``step:800``).
+The target is whichever process holds the role at that moment, read from the pid file it writes when it takes the role
 (``<run_dir>/pids/<role>.json``). Kills are taken in order; a kill waits for
 a live target that it has not killed before (the replacement, for a second
 kill), and a kill never reached before the run ends is recorded as such.
@@ -17,96 +17,23 @@ offset so that latencies across hosts can be corrected (``summary.json``:
 """
 from __future__ import annotations
 
-import difflib
 import json
 import os
-import re
+import selectors
 import shlex
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from psmodes.config import ConfigError, parse_duration
+from psmodes.killpoints import ENV
 
-
-@dataclass
-class KillPoint:
-    target: str          # "ps" or "replica1", ...
-    at_s: float | None   # seconds since train start
-    at_step: int | None  # PS version
-    spec: str
-    point: str | None = None      # point:NAME, a test-only kill point (psmodes/killpoints.py)
-    after_s: float | None = None  # +DUR: this long after the previous kill (the target's next live holder)
-
-    def due(self, elapsed: float | None, step: int | None) -> bool:
-        if self.point is not None or self.after_s is not None:
-            return False  # reached through the rank's killpoint event / the previous kill
-        if self.at_s is not None:
-            return elapsed is not None and elapsed >= self.at_s
-        return step is not None and step >= self.at_step
-
-
-_STEP = re.compile(r"^step:(\d+)$")
-_PERCENT = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)\s*%$")
-
-
-def parse_kills(specs: list[str], target: str, duration_s: float | None = None) -> list[KillPoint]:
-    """Kill points of ``--kill-ps``/``--kill-replica``; ``duration_s`` resolves ``N%``.
-
-    Test hooks: ``point:NAME`` kills the process that stops at the named point
-    (psmodes/killpoints.py); ``+DUR`` (``+10ms``, ``+0``) kills the target's live
-    holder DUR after the previous kill, at once if it is up, else as soon as it
-    registers (a replacement)."""
-    from psmodes.killpoints import POINTS, REPLICA_POINTS
-
-    named, option = (POINTS, "--kill-ps") if target == "ps" else (REPLICA_POINTS, "--kill-replica")
-    points = []
-    for spec in specs:
-        for part in str(spec).split(","):
-            part = part.strip()
-            if not part:
-                continue
-            m = _STEP.match(part)
-            if part.startswith("point:"):
-                name, _, from_version = part[len("point:"):].partition("@")
-                if _ and not from_version.isdigit():
-                    raise ConfigError(f"kill point {part!r}: write point:NAME@N with N a PS version (a whole number)")
-                if name in (REPLICA_POINTS if target == "ps" else POINTS):
-                    who, other = ("a chain replica", "--kill-replica") if target == "ps" else ("the PS", "--kill-ps")
-                    raise ConfigError(f"kill point {part!r} is reached by {who}; give it to {other}")
-                if name not in named:
-                    close = difflib.get_close_matches(name, named, n=1)
-                    hint = f" (did you mean point:{close[0]}?)" if close else ""
-                    raise ConfigError(f"kill point {part!r}: unknown point for {option}{hint}; choose one of: "
-                                      + ", ".join(f"point:{p}" for p in named))
-                points.append(KillPoint(target, None, None, part, point=part[len("point:"):]))
-            elif part.startswith("+"):
-                rest = part[1:].strip()
-                after = 0.0 if rest in ("0", "0s", "0ms") else parse_duration(rest, f"kill point {part!r}")
-                points.append(KillPoint(target, None, None, part, after_s=after))
-            elif m:
-                points.append(KillPoint(target, None, int(m.group(1)), part))
-            elif part.startswith("step:"):
-                raise ConfigError(f"kill point {part!r}: write step:N with N a whole number")
-            elif part.endswith("%"):
-                pm = _PERCENT.match(part)
-                if not pm or not 0 < float(pm.group(1)) < 100:
-                    raise ConfigError(f"kill point {part!r}: write a share of the run between 0% and 100%, e.g. 33%")
-                if duration_s is None:
-                    raise ConfigError(f"kill point {part!r}: a share of the run needs --duration "
-                                      "(a --steps run has no fixed length; use step:N)")
-                points.append(KillPoint(target, round(duration_s * float(pm.group(1)) / 100, 3), None, part))
-            else:
-                points.append(KillPoint(target, parse_duration(part, f"kill point {part!r}"), None, part))
-    return points
+from .hosts import in_slurm, is_local
+from .kills import KillPoint, parse_kills
 
 
 def kill_point_env(cfg) -> dict[str, str]:
     """``PSBENCH_KILL_POINT`` for the ranks: the point:NAME kills of the run, in order."""
-    from psmodes.killpoints import ENV
-
     kills = parse_kills(list(cfg.kill_ps), "ps", cfg.duration_s) + parse_kills(
         list(cfg.kill_replica), "replica", cfg.duration_s)
     names = [p.point for p in kills if p.point]
@@ -115,8 +42,6 @@ def kill_point_env(cfg) -> dict[str, str]:
 
 def with_kill_points(cmd: list[str], cfg) -> list[str]:
     """mpirun: forward ``PSBENCH_KILL_POINT`` to every rank (``-x``), also on other hosts."""
-    from psmodes.killpoints import ENV
-
     if not kill_point_env(cfg) or cfg.launcher != "mpirun":
         return cmd
     return [cmd[0], "-x", ENV, *cmd[1:]]
@@ -149,8 +74,6 @@ KILL_SCRIPT = 'date +%s.%N && exec kill -9 "$1"'  # prints the host's clock at t
 
 def kill_route(host: str, kill_via: str = "auto", env: dict | None = None) -> str:
     """How to reach ``host``: local, srun (inside a Slurm job) or ssh."""
-    from .hosts import in_slurm, is_local
-
     if kill_via != "auto":
         return kill_via
     if is_local(host):
@@ -233,8 +156,6 @@ def measure_offset(host: str, route: str, samples: int = 5, timeout: float = 15.
     bounds the error). A persistent session keeps the pings symmetric: starting a remote
     command per probe put the remote clock reading at the end of a long, one-sided delay.
     Local hosts share this clock (offset 0)."""
-    import selectors
-
     if route == "local":
         return {"host": host, "route": route, "offset_s": 0.0, "error_s": 0.0}
     try:
@@ -315,8 +236,6 @@ class Injector:
         elif not point.due(elapsed, step):
             return
         info = read_pid_file(self.run_dir, point.target)
-        from .hosts import is_local
-
         if info is None or (info["pid"], info["host"]) in self.killed or (
                 is_local(info["host"]) and not alive(int(info["pid"]))):  # a remote pid cannot be checked here
             return  # no live target yet (e.g. the replacement is still starting): try again next poll

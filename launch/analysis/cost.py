@@ -16,7 +16,7 @@ from pathlib import Path
 
 from psmodes.config import ConfigError
 
-DEFAULT_PRICES = Path(__file__).resolve().parent.parent / "benchmarks" / "prices.toml"
+DEFAULT_PRICES = Path(__file__).resolve().parents[2] / "benchmarks" / "prices.toml"
 
 
 @dataclass(frozen=True)

@@ -5,18 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pandas as pd
-
 from psmodes.atomic import write_text_atomic
+
+from .lazy import frame, pyplot
 
 
 def plot_timeline(summary: dict, path: Path) -> Path | None:
     if not summary["accuracy_timeline"]:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     t, _, acc = zip(*summary["accuracy_timeline"])
     fig, ax = plt.subplots(figsize=(6, 3.2), dpi=110)
@@ -63,7 +60,7 @@ def write_run_report(run_dir: str | Path) -> Path:
         "kills": len(summary["kills"]),
     }
     lines = [f"# psbench run: {summary['benchmark']}, mode {summary['mode']}", "",
-             pd.DataFrame(list(figures.items()), columns=["figure", "value"]).to_markdown(index=False), ""]
+             frame(list(figures.items()), columns=["figure", "value"]).to_markdown(index=False), ""]
     if plot:
         lines += [f"![accuracy over time]({plot.name})", ""]
     offsets = [{"host": h, **o} for h, o in (summary.get("clock_offsets") or {}).items()]
@@ -72,13 +69,13 @@ def write_run_report(run_dir: str | Path) -> Path:
                         ("Clock offsets (other hosts against the launcher's clock)", offsets),
                         ("Placement", _placement(run_dir))):
         if rows:
-            lines += [f"## {title}", "", pd.DataFrame(rows).to_markdown(index=False), ""]
+            lines += [f"## {title}", "", frame(rows).to_markdown(index=False), ""]
     if summary.get("failures"):
-        lines += ["## Failures recorded", "", pd.DataFrame(summary["failures"]).to_markdown(index=False), ""]
+        lines += ["## Failures recorded", "", frame(summary["failures"]).to_markdown(index=False), ""]
     if summary.get("crashes"):
         lines += ["## Crashes (signals psbench did not send)", "",
-                  pd.DataFrame(summary["crashes"]).to_markdown(index=False), ""]
-    lines += ["## Configuration", "", pd.DataFrame(sorted(config.items()), columns=["key", "value"])
+                  frame(summary["crashes"]).to_markdown(index=False), ""]
+    lines += ["## Configuration", "", frame(sorted(config.items()), columns=["key", "value"])
               .astype(str).to_markdown(index=False), "", "## Command", "", "```", command, "```", ""]
     path = run_dir / "report.md"
     write_text_atomic(path, "\n".join(lines))

@@ -15,7 +15,7 @@ extras: ``usage`` (per process: CPU seconds, wall seconds, their ratio
 ``cpu_frac``, peak RSS in MiB), ``ps_timing`` (the PS's median seconds per
 update: receive, apply, after (replicate/checkpoint), send), ``recovery``, ``failures`` (``who``, ``reason``: a rank gave up),
 ``crashes`` (``who``, ``reason``: a rank died of a signal psbench did not send,
-found in mpirun.log, launch/crashes.py), ``restarts`` (``--recovery job-restart``: the launcher's
+found in mpirun.log, launch/driver/crashes.py), ``restarts`` (``--recovery job-restart``: the launcher's
 restarts; a recovery then runs from the kill to the new job's first step and
 also has ``restart_s``), ``hosts`` and ``clock_offsets`` (other hosts' clocks
 against the launcher's; detection times are moved to the launcher's clock).

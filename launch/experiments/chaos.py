@@ -3,7 +3,7 @@
     psbench chaos --mode chain --trials 20 --seed 1
     psbench chaos --mode checkpoint,chain,stateless --trials 50 --seed 7 --benchmark synthetic
 
-Each trial is one real run (:func:`launch.runner.run_job`: mpirun, ULFM, real
+Each trial is one real run (:func:`launch.driver.runner.run_job`: mpirun, ULFM, real
 SIGKILLs) whose kills are drawn from ``--seed``: one or two PS kills at random
 times (chain: sometimes the tail replica instead; sometimes a second kill 0-50
 ms after the first, closer than the failure detection), and random mode
@@ -40,13 +40,22 @@ when any invariant was violated, 2 for bad input (nothing started).
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import random
 import sys
 import time
 from pathlib import Path
 
+import psutil
+
+from benchmarks.registry import WORKLOADS
+from psmodes.atomic import write_text_atomic
 from psmodes.config import MODES, REPLAY_POLICIES, ConfigError, RunConfig, parse_duration
+
+from ..analysis.lazy import frame
+from ..driver.kills import parse_kills
+from ..driver.runner import INTERRUPTED, run_job
 
 ACCURACY_TOLERANCE = 0.05
 KEEPS_STATE = ("checkpoint", "chain")
@@ -54,8 +63,6 @@ KEEPS_STATE = ("checkpoint", "chain")
 
 
 def add_chaos_parser(sub) -> None:
-    from benchmarks.registry import WORKLOADS
-
     p = sub.add_parser("chaos", help="randomised PS kill trials; invariants checked after every trial",
                        description="Randomised kill trials (real mpirun, real SIGKILLs) with invariants checked "
                                    "after every trial; exit 1 on any violation.")
@@ -80,8 +87,6 @@ def plan_trials(a: argparse.Namespace) -> list[RunConfig]:
     modes = [m.strip() for m in str(a.mode).split(",") if m.strip()]
     for m in modes:
         if m not in MODES:
-            import difflib
-
             close = difflib.get_close_matches(m, MODES, n=1)
             raise ConfigError(f"unknown mode {m!r}" + (f" (did you mean {close[0]}?)" if close else "")
                               + f"; choose from: {', '.join(MODES)}")
@@ -139,8 +144,6 @@ def _draw(cfg: RunConfig, rng: random.Random, duration: float, max_kills: int) -
 
 
 def _validate(cfg: RunConfig) -> None:
-    from .faults import parse_kills
-
     cfg.validate()
     parse_kills(cfg.kill_ps, "ps", cfg.duration_s)
     parse_kills(cfg.kill_replica, "replica", cfg.duration_s)
@@ -174,7 +177,7 @@ def check_trial(cfg: RunConfig, summary: dict | None, wall_s: float,
             and "watchdog" not in reason:
         bad.append(f"deadline: the run neither completed nor failed with a recorded reason ({reason})")
     for path in sorted((run_dir / "checkpoints").glob("ckpt-*.pt")):
-        from psmodes import checkpoint as ckpt
+        from psmodes import checkpoint as ckpt  # imports torch (about 2 s): only when there are checkpoints
 
         try:
             ckpt.load(path)
@@ -225,8 +228,6 @@ def accuracy_before_first_kill(summary: dict, lost_steps: int = 0) -> float | No
 
 def leftover_processes(run_dir: Path, grace_s: float = 5.0) -> list[int]:
     """Processes whose command line names the run directory, after a short grace; they are killed."""
-    import psutil
-
     needle = str(run_dir)
     end = time.monotonic() + grace_s
     while True:
@@ -251,8 +252,6 @@ def leftover_processes(run_dir: Path, grace_s: float = 5.0) -> list[int]:
 
 # ---- the command
 def cmd_chaos(a: argparse.Namespace) -> int:
-    from .runner import INTERRUPTED, run_job
-
     configs = plan_trials(a)
     out = Path(configs[0].run_dir).parent.parent
     out.mkdir(parents=True, exist_ok=True)
@@ -289,8 +288,6 @@ def cmd_chaos(a: argparse.Namespace) -> int:
             print(f"[{n}/{len(configs)}] {cfg.mode} {row['trial']} ({row['params']}; kills {kills}): "
                   f"{'completed' if row['completed'] else 'failed: ' + str(row['exit_reason'])[:80]}, "
                   f"{row['kills']} kill(s), {wall:.0f} s - {verdict}", file=sys.stderr, flush=True)
-        from psmodes.atomic import write_text_atomic
-
         write_text_atomic(out / "chaos.json", json.dumps({"argv": sys.argv, "trials": results}, indent=2) + "\n")
     print(table(results))
     violations = [(r["mode"], r["trial"], v) for r in results for v in r["violations"]]
@@ -311,8 +308,6 @@ def _params(cfg: RunConfig) -> str:
 
 
 def table(results: list[dict]) -> str:
-    import pandas as pd
-
     rows = []
     for mode in dict.fromkeys(r["mode"] for r in results):
         rs = [r for r in results if r["mode"] == mode]
@@ -321,4 +316,4 @@ def table(results: list[dict]) -> str:
                      "survived": sum(r["completed"] for r in rs),
                      "invariant violations": sum(len(r["violations"]) for r in rs),
                      "slowest recovery (s)": round(slowest, 2) if slowest is not None else "-"})
-    return pd.DataFrame(rows).to_markdown(index=False)
+    return frame(rows).to_markdown(index=False)

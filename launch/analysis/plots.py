@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .lazy import pyplot
 from .stats import t_quantile
 
 MODE_COLORS = {"none": "#444444", "checkpoint": "#1f77b4", "chain": "#ff7f0e", "stateless": "#2ca02c"}
@@ -57,11 +58,7 @@ def kill_times(runs) -> list[tuple[str, float]]:
 
 def plot_accuracy(lines: list[tuple], title: str, target: float, path: Path) -> Path | None:
     """``lines``: (aggregate, is_reference). Returns the PNG's path, or None when nothing to draw."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(8.5, 4.4), dpi=110)
     drawn = 0
@@ -103,13 +100,13 @@ def plot_accuracy(lines: list[tuple], title: str, target: float, path: Path) -> 
         return None
     ax.axhline(target, color="#999999", linestyle=":", linewidth=0.9)
     handles, labels = ax.get_legend_handles_labels()
-    handles.append(Line2D([], [], color="#999999", linestyle=":"))
+    handles.append(plt.Line2D([], [], color="#999999", linestyle=":"))
     labels.append(f"target {target:.2f}")
     if "--" in kill_styles:
-        handles.append(Line2D([], [], color="black", linestyle="--", linewidth=1.1))
+        handles.append(plt.Line2D([], [], color="black", linestyle="--", linewidth=1.1))
         labels.append("PS killed (SIGKILL)")
     if "-." in kill_styles:
-        handles.append(Line2D([], [], color="black", linestyle="-.", linewidth=1.1))
+        handles.append(plt.Line2D([], [], color="black", linestyle="-.", linewidth=1.1))
         labels.append("replica killed")
     ax.legend(handles, labels, fontsize=8, loc="lower right")
     ax.set_xlabel("seconds since training started")

@@ -15,6 +15,8 @@ import hashlib
 import json
 import re
 
+from psmodes.config import RunConfig
+
 IGNORED = ("seed", "run_dir", "data_dir", "format_version", "hosts")  # hosts: where, not what
 ORDER = ("mode", "kill_ps", "kill_replica", "consistency")
 KILL_KEYS = {"kill_ps": "kills", "kill_replica": "replica-kills"}
@@ -23,8 +25,6 @@ KILL_KEYS = {"kill_ps": "kills", "kill_replica": "replica-kills"}
 def identity(config: dict) -> dict:
     """The configuration of a run: its config minus seed and paths. A key missing from an
     older run's config had its default then (so old and new runs of one setting group together)."""
-    from psmodes.config import RunConfig
-
     full = {**RunConfig().to_dict(), **config}
     return {k: v for k, v in full.items() if k not in IGNORED}
 

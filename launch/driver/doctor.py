@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import sys
 
+from benchmarks import fmnist
+
 from .mpirun import find_mpirun, mpirun_env
+from .ulfm import probe
 
 
 def check(data_dir: str | None = None) -> int:
     problems: list[str] = []
     rows: list[tuple[str, str]] = [("python", sys.version.split()[0])]
-    try:
+    try:  # each of torch, mpi4py and Horovod is imported here, where its absence is reported
         import torch
 
         rows.append(("torch", f"{torch.__version__} (CUDA {'yes, ' + str(torch.cuda.device_count()) + ' devices' if torch.cuda.is_available() else 'no'})"))
     except ImportError:
         problems.append("torch is not installed: run make setup")
-    try:
+    try:  # MPI.Get_library_version: importing mpi4py.MPI initialises MPI, which only doctor wants
         import mpi4py
         from mpi4py import MPI
 
@@ -33,7 +36,7 @@ def check(data_dir: str | None = None) -> int:
     elif not ulfm:
         problems.append("this MPI has no ULFM: the recovery modes need Open MPI 5 built with --with-ft=ulfm "
                         "(or run them with --recovery job-restart)")
-    try:
+    try:  # imports torch and Horovod's MPI library: only here
         import horovod.torch as hvd
 
         rows.append(("horovod", f"{hvd.__version__ if hasattr(hvd, '__version__') else 'yes'} "
@@ -43,8 +46,6 @@ def check(data_dir: str | None = None) -> int:
     except ImportError as exc:
         rows.append(("horovod", f"not importable ({exc})"))
         problems.append("Horovod is not importable: run make setup (or use --allreduce mpi)")
-    from benchmarks import fmnist
-
     try:
         rows.append(("Fashion-MNIST", str(fmnist.validate(data_dir))))
     except fmnist.DataError as exc:
@@ -59,7 +60,5 @@ def check(data_dir: str | None = None) -> int:
 
 
 def ulfm_available(mpirun: str | None) -> bool:
-    """Asks ompi_info afresh (launch.ulfm caches the same question for psbench run)."""
-    from .ulfm import probe
-
+    """Asks ompi_info afresh (launch.driver.ulfm caches the same question for psbench run)."""
     return bool(mpirun) and probe(mpirun, mpirun_env())

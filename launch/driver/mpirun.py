@@ -5,7 +5,7 @@ Open MPI 5 from the venv, with ULFM (``--with-ft ulfm``) so that survivors
 outlive a SIGKILLed PS; ``--oversubscribe --bind-to none`` when ranks
 outnumber cores, the normal case on a laptop. With hosts (a hostfile,
 ``--hosts`` or a Slurm allocation) mpirun gets their slots and the placement
-of launch/hosts.py. ``--launcher horovodrun`` builds the equivalent
+of launch/driver/hosts.py. ``--launcher horovodrun`` builds the equivalent
 ``horovodrun`` line.
 """
 from __future__ import annotations
@@ -17,28 +17,19 @@ from pathlib import Path
 
 from psmodes.config import RunConfig
 
+from ..analysis.machine import find_mpirun, venv_bin
+from .hosts import from_specs, is_local, spares_needed
+
 ROOT_ENV = {
     "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
     "PRTE_ALLOW_RUN_AS_ROOT": "1", "PRTE_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
 }
 
 
-def venv_bin() -> Path:
-    return Path(sys.executable).parent
-
-
-def find_mpirun() -> str | None:
-    """The venv's mpirun (PyPI Open MPI with ULFM) first, then PATH."""
-    candidate = venv_bin() / "mpirun"
-    if candidate.exists():
-        return str(candidate)
-    return shutil.which("mpirun")
-
-
 def mpirun_command(cfg: RunConfig, mpirun: str | None = None) -> list[str]:
     """The run's ``mpirun`` line: ULFM on (``--with-ft ulfm``) unless ``--no-ulfm``;
     with hosts, the slots (``--hostfile``) and the placement (``--map-by seq``)
-    that launch/hosts.py wrote into the run directory."""
+    that launch/driver/hosts.py wrote into the run directory."""
     mpirun = mpirun or find_mpirun() or "mpirun"
     cmd = [mpirun]
     if cfg.ulfm:
@@ -75,12 +66,8 @@ def horovodrun_command(cfg: RunConfig) -> list[str]:
     carries the ULFM flag; the mpirun horovodrun finds first on PATH must be the
     venv's (mpirun_env puts it first)."""
     if cfg.hosts:
-        from .hosts import from_specs
-
         hosts = ",".join(h.spec() for h in from_specs(cfg.hosts))
     else:  # a slot for each rank and for each replacement the run may spawn
-        from .hosts import spares_needed
-
         hosts = f"localhost:{cfg.n_ranks + spares_needed(cfg)}"
     binding = ["--bind-to", "none"]
     if cfg.hosts:
@@ -106,7 +93,7 @@ def mpirun_env(cfg: RunConfig | None = None) -> dict[str, str]:
         env.update(ROOT_ENV)
     env["PATH"] = f"{venv_bin()}{os.pathsep}{env.get('PATH', '')}"
     # the ranks import psmodes/benchmarks from the checkout even without an install
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     if cfg is None or not _multi_host(cfg):  # one machine: TCP (if any) over loopback only
         env.setdefault("OMPI_MCA_btl_tcp_if_include", "lo")
@@ -120,6 +107,4 @@ def mpirun_env(cfg: RunConfig | None = None) -> dict[str, str]:
 
 
 def _multi_host(cfg: RunConfig) -> bool:
-    from .hosts import from_specs, is_local
-
     return any(not is_local(h.name) for h in from_specs(cfg.hosts))

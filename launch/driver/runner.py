@@ -24,17 +24,19 @@ import sys
 import time
 from pathlib import Path
 
+from tqdm import tqdm
+
 from psmodes.atomic import write_text_atomic
 from psmodes.config import RunConfig
 from psmodes.events import EventLog
 
+from ..analysis.runreport import write_run_report
+from ..analysis.summary import summarize, write_summary
 from . import crashes
-from .faults import Injector, kill_point_env, parse_kills, with_kill_points
-from .faults import close_ssh_masters, kill_route
-from .hosts import placement_of
+from .faults import Injector, close_ssh_masters, kill_point_env, kill_route, measure_offset, with_kill_points
+from .hosts import is_local, placement_of
+from .kills import parse_kills
 from .mpirun import launch_command, mpirun_env
-from .runreport import write_run_report
-from .summary import summarize, write_summary
 
 FAILED_GRACE_S = 15.0  # after a rank reports a fatal failure, how long the others get to finish
 RESTART_GRACE_S = 3.0  # the same for a job that ends to be restarted (--recovery job-restart)
@@ -63,8 +65,6 @@ class EventTail:
             end = chunk.rfind(b"\n") + 1  # leave a partial last line for the next read
             self.offsets[path] = off + end
             if end:
-                import json
-
                 for line in chunk[:end].splitlines():
                     try:
                         out.append(json.loads(line))
@@ -93,10 +93,7 @@ def _die_with(parent_pid: int):
 
 
 def measure_offsets(cfg: RunConfig, placement, log) -> None:
-    """Clock offsets of the run's other hosts against the launcher's clock (see launch/faults.py)."""
-    from .faults import kill_route, measure_offset
-    from .hosts import is_local
-
+    """Clock offsets of the run's other hosts against the launcher's clock (see launch/driver/faults.py)."""
     remote = sorted({h for _, h in placement.ranks if not is_local(h)})
     if remote:
         offsets = [measure_offset(h, kill_route(h, cfg.kill_via)) for h in remote]
@@ -361,8 +358,6 @@ class Progress:
         self.last_print = 0.0
         self.step = 0
         if not self.quiet and self.tty:
-            from tqdm import tqdm
-
             total = cfg.steps if cfg.steps else int(cfg.duration_s)
             unit = "step" if cfg.steps else "s"
             self.bar = tqdm(total=total, unit=unit, desc=f"{cfg.benchmark}/{cfg.mode}", leave=True,

@@ -43,8 +43,15 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import fmnist
 from psmodes.atomic import write_text_atomic
 from psmodes.config import ConfigError, RunConfig
+from psmodes.events import read_run_events
+
+from ..analysis.machine import machine_info
+from ..analysis.perfreport import write_perf_report
+from ..driver.mpirun import find_mpirun, mpirun_env
+from ..driver.runner import run_job, stop_group
 
 # (label, RunConfig fields) of the no-failure throughput variants; "none" is the baseline
 THROUGHPUT = [
@@ -58,21 +65,10 @@ THROUGHPUT = [
     ("stateless", {"mode": "stateless"}),
 ]
 QUICK_VARIANTS = ("none", "checkpoint K=10", "chain K=1 R=1", "stateless")
-# the issue's targets: (what, variant or figure, bound, higher is better)
-RATIO_TARGETS = [("PS overhead (none / Horovod)", "reference", 0.90),
-                 ("checkpoint K=100 / none", "checkpoint K=100", 0.98),
-                 ("chain K=100 R=1 / none", "chain K=100 R=1", 0.97),
-                 ("chain K=100 R=2 / none", "chain K=100 R=2", 0.97),
-                 ("chain K=1 R=1 / none", "chain K=1 R=1", 0.85),
-                 ("chain K=1 R=2 / none", "chain K=1 R=2", 0.85)]
 FAILURE_MODES = ("checkpoint", "chain", "stateless")
 MEMORY_POLICIES = ("paper", "mean", "sequential", "staleness")
 SECTIONS = ("throughput", "failures", "scaling", "memory")
 PAUSE_S = 3.0
-FLOOR_TARGET = 3.0
-DETECTION_P50 = 1.5
-FAILOVER_P50 = 2.0
-IDLE_MARGIN = 0.5
 
 
 @dataclass
@@ -194,8 +190,6 @@ class Perf:
         return cfg
 
     def run(self, cfg: RunConfig, name: str) -> dict:
-        from .runner import run_job
-
         cfg.run_dir = str((self.runs / name).resolve())
         cfg.validate()
         print(f"[perf] {name} ...", file=sys.stderr, flush=True)
@@ -206,9 +200,6 @@ class Perf:
 
     def reference(self, rep: int) -> dict:
         """The plain Horovod trainer under the same mpirun placement as psbench's ranks."""
-        from .mpirun import find_mpirun, mpirun_env
-        from .runner import stop_group
-
         p = self.plan
         folder = self.runs / f"reference-r{rep}"
         folder.mkdir(parents=True, exist_ok=True)
@@ -317,8 +308,6 @@ def slug(label: str) -> str:
 
 
 def _events(run_dir: Path, kinds: tuple) -> list[dict]:
-    from psmodes.events import read_run_events
-
     return [e for e in read_run_events(run_dir) if e["ev"] in kinds]
 
 
@@ -333,8 +322,6 @@ def _numel(run_dir: Path) -> int | None:
 
 
 def cmd_perf(a: argparse.Namespace) -> int:
-    from .perfreport import write_perf_report
-
     out = Path(a.out) if a.out else Path("reports") / "perf"
     if a.from_dir:
         src = Path(a.from_dir)
@@ -344,8 +331,6 @@ def cmd_perf(a: argparse.Namespace) -> int:
         print(f"report: {write_perf_report(results, out, Path(results.get('runs') or src))}")
         return 0
     plan = plan_from_args(a)
-    from benchmarks import fmnist
-
     try:
         plan.data_dir = str(fmnist.validate(plan.data_dir).resolve())
     except fmnist.DataError as exc:
@@ -355,8 +340,6 @@ def cmd_perf(a: argparse.Namespace) -> int:
         raise ConfigError(f"{runs} already holds a perf measurement; choose another --runs or render it with --from")
     runs.mkdir(parents=True, exist_ok=True)
     perf = Perf(plan, runs.resolve())
-    from .machine import machine_info
-
     perf.results["machine"] = machine_info()
     perf.results["argv"] = sys.argv
     perf.results["runs"] = str(runs)

@@ -17,14 +17,16 @@ never dropped.
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from psmodes.config import ConfigError
+from psmodes.config import FORMAT_VERSION, ConfigError
 from psmodes.events import read_events
 
 from . import naming
 from .stats import Estimate, mean_ci
+from .summary import SUMMARY_VERSION, summarize
 
 DEFAULT_TARGET = 0.70
 
@@ -148,10 +150,6 @@ def _read_json(path: Path):
 
 def newer_format(config: dict, path: Path) -> str | None:
     """Why a run directory written by a newer psbench is refused, or None."""
-    from psmodes.config import FORMAT_VERSION
-
-    from .summary import SUMMARY_VERSION
-
     version = config.get("format_version", FORMAT_VERSION)
     if not isinstance(version, int) or isinstance(version, bool):
         return f"{path}: config.json has an invalid format_version {version!r}"
@@ -219,8 +217,6 @@ def load_run(path: Path, root: Path, target: float) -> RunRecord:
 def _recover(path: Path) -> dict | None:
     """The summary of a run that has none, recomputed from its events (or None)."""
     try:
-        from .summary import summarize
-
         return summarize(path)
     except Exception:  # noqa: BLE001 - whatever the run left behind, the report still renders
         return None
@@ -235,8 +231,6 @@ def _device(path: Path) -> str:
 
 def _run_command(path: Path) -> str | None:
     """The `psbench run` command line that started this run, when it was one."""
-    import shlex
-
     for rec in read_events(path / "events" / "launcher.jsonl"):
         if rec["ev"] == "launch":
             argv = rec.get("argv") or []

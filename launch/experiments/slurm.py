@@ -30,7 +30,11 @@ from pathlib import Path
 
 from psmodes.config import ConfigError
 
-ROOT = Path(__file__).resolve().parent.parent
+from ..driver.hosts import spares_needed
+from ..driver.options import OneLineParser, config_from_args, run_parser
+from . import sweep as sw
+
+ROOT = Path(__file__).resolve().parents[2]
 _TIME = re.compile(r"^(?:(\d+)-)?(\d{1,3}):([0-5]\d):([0-5]\d)$")
 
 
@@ -169,8 +173,6 @@ def absolute_paths(argv: list[str]) -> list[str]:
 
 def cmd_slurm(argv: list[str]) -> int:
     """``psbench slurm [SWEEP.toml] [run or sweep options] [slurm options]``."""
-    from .cli import OneLineParser
-
     sp = OneLineParser(prog="psbench slurm [SWEEP.toml]", add_help=False, allow_abbrev=False,
                        description="Writes (and with --submit, submits) a Slurm batch script. Every option of "
                                    "psbench run (or, with a sweep file, of psbench sweep) is passed on.")
@@ -189,10 +191,6 @@ def cmd_slurm(argv: list[str]) -> int:
 
 
 def _run(a, rest: list[str], argv: list[str]) -> int:
-    from .cli import config_from_args
-    from .hosts import spares_needed
-    from .sweep import run_parser
-
     ra = run_parser().parse_args(rest)
     if ra.dry_run:
         raise ConfigError("--dry-run belongs to psbench run; psbench slurm only writes the script")
@@ -221,17 +219,10 @@ def _run(a, rest: list[str], argv: list[str]) -> int:
 
 
 def _sweep(a, file: str, rest: list[str], argv: list[str]) -> int:
-    from . import sweep as sw
-    from .cli import build_parser
-    from .hosts import spares_needed
-
-    sa = build_parser().parse_args(["sweep", file, *rest])
+    sa = sw.parse_sweep_args([file, *rest])
     if getattr(sa, "dry_run", False):
         raise ConfigError("--dry-run belongs to psbench sweep; psbench slurm only writes the script")
-    seeds = sw.parse_seeds(sa.seeds) if sa.seeds is not None else None
-    overrides = {k: v for k, v in vars(sa).items()
-                 if k not in ("command", "file", "seeds", "report_dir", "target", "task")}
-    plan = sw.load(file, overrides=overrides, seeds=seeds, out=getattr(sa, "out", None), target=sa.target)
+    plan = sw.load_from_args(sa)
     ranks = max(r.config.n_ranks for r in plan.runs)
     spares = max(spares_needed(r.config) for r in plan.runs)
     res, notes = resources(a, ranks, spares)

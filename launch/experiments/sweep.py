@@ -37,6 +37,7 @@ is finished: the report marks it. At the end the sweep report is written to
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
 import fcntl
@@ -53,10 +54,16 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from tqdm import tqdm
+
 from psmodes.atomic import write_text_atomic
 from psmodes.config import ConfigError, RunConfig, read_user_file
 
-from . import naming
+from ..analysis import naming
+from ..analysis.machine import machine_info
+from ..analysis.report import write_report
+from ..driver.options import OneLineParser, add_run_options, config_from_args, resolve_data, run_parser
+from ..driver.runner import run_job
 
 TOP_KEYS = ("name", "description", "seeds", "target", "base", "grid", "extra")
 NOT_IN_FILE = {"out": "the sweep puts each run in <out>/runs/", "dry_run": "use psbench sweep --dry-run",
@@ -92,19 +99,7 @@ class Sweep:
 
 def run_actions() -> dict:
     """dest -> argparse action of every `psbench run` option (so new options work here at once)."""
-    from .cli import OneLineParser, add_run_options
-
-    parser = OneLineParser(prog="psbench run")
-    add_run_options(parser)
-    return {a.dest: a for a in parser._actions if a.option_strings and a.dest != "help"}
-
-
-def run_parser():
-    from .cli import OneLineParser, add_run_options
-
-    parser = OneLineParser(prog="psbench run")
-    add_run_options(parser)
-    return parser
+    return {a.dest: a for a in run_parser()._actions if a.option_strings and a.dest != "help"}
 
 
 def _flag(action) -> str:
@@ -155,6 +150,48 @@ def options_argv(options: dict, actions: dict) -> list[str]:
     return argv
 
 
+# ---------------------------------------------------------------- the command line
+
+SWEEP_HELP = {
+    "--out": "sweep directory (default: runs/sweeps/<name>); re-running the same command resumes it",
+    "--dry-run": "list the runs (done / to run) with their psbench run commands; start nothing",
+    "--quiet": "no progress bar",
+}
+
+
+def add_sweep_parser(sub) -> None:
+    sweep = sub.add_parser("sweep", help="the runs of a sweep file (resumable), then a report",
+                           description="Options of `psbench run` given here are fixed for every run of the sweep: "
+                                       "they override the file's [base], [[extra]] and [grid] entries.")
+    sweep.add_argument("file", help="a sweep file, e.g. benchmarks/sweeps/demo.toml")
+    add_run_options(sweep)
+    for action in sweep._actions:
+        if action.option_strings and action.dest != "help":
+            action.default = argparse.SUPPRESS  # only what the user typed overrides the file
+            action.help = SWEEP_HELP.get(max(action.option_strings, key=len), action.help)
+    sweep.add_argument("--seeds", help="comma-separated seeds, replacing the file's seeds (e.g. 0 or 0,1,2)")
+    sweep.add_argument("--report-dir", help="where the report goes (default: reports/<name>)")
+    sweep.add_argument("--target", type=float, help="target accuracy of the report (default: the file's, else 0.70)")
+    sweep.add_argument("--task", type=int, metavar="I",
+                       help="run only the sweep's run number I (0-based, as --dry-run lists them) and write no "
+                            "report: one task of a Slurm job array (psbench slurm --array)")
+
+
+def parse_sweep_args(argv: list[str]) -> argparse.Namespace:
+    """``psbench sweep FILE [options]`` alone (psbench slurm passes a sweep's options on)."""
+    parser = OneLineParser(prog="psbench")
+    add_sweep_parser(parser.add_subparsers(dest="command", parser_class=OneLineParser))
+    return parser.parse_args(["sweep", *argv])
+
+
+def load_from_args(a: argparse.Namespace) -> "Sweep":
+    """The sweep of parsed ``psbench sweep`` arguments: the options typed fix their key for every run."""
+    seeds = parse_seeds(a.seeds) if a.seeds is not None else None
+    overrides = {k: v for k, v in vars(a).items()
+                 if k not in ("command", "file", "seeds", "report_dir", "target", "task")}
+    return load(a.file, overrides=overrides, seeds=seeds, out=getattr(a, "out", None), target=a.target)
+
+
 # ---------------------------------------------------------------- reading a sweep file
 
 def _table(doc: dict, key: str, where: str) -> dict:
@@ -198,8 +235,6 @@ def parse_seeds(text: str) -> list[int]:
 def load(path: str | Path, overrides: dict | None = None, seeds: list[int] | None = None,
          out: str | None = None, target: float | None = None) -> Sweep:
     """Reads, expands and validates a sweep; raises ConfigError (one line) on bad input."""
-    from .cli import config_from_args, resolve_data
-
     path = Path(path)
     text = read_user_file(path, "sweep file", f"sweep file {path} not found (the examples are in benchmarks/sweeps/)")
     try:
@@ -369,8 +404,6 @@ class SweepProgress:
         self.t_run = None
         self.last_refresh = 0.0
         if not quiet and sys.stderr.isatty():
-            from tqdm import tqdm
-
             self.bar = tqdm(total=total, initial=done, unit="run", dynamic_ncols=True, file=sys.stderr,
                             bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} runs [{elapsed}{postfix}]")
 
@@ -434,9 +467,6 @@ def _raise_interrupt(signum, frame):
 def execute(sweep: Sweep, command: list[str], quiet: bool = False, report_dir: str | None = None) -> int:
     """Runs what is left of ``sweep``, then writes its report. Exit status: 0 when every run
     is finished, 1 when a run could not be (the report lists it), 130 when interrupted."""
-    from .machine import machine_info
-    from .runner import run_job
-
     lock = Lock(sweep.out)
     previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
@@ -491,8 +521,6 @@ def execute(sweep: Sweep, command: list[str], quiet: bool = False, report_dir: s
             print(f"psbench: sweep interrupted; finished runs are kept in {sweep.runs_dir}; "
                   f"run the same command again to resume", file=sys.stderr)
             return 130
-        from .report import write_report
-
         path = write_report(sweep.out, Path(report_dir) if report_dir else Path("reports") / sweep.name,
                             target=sweep.target)
         print(f"sweep directory: {sweep.out}")
@@ -508,9 +536,6 @@ def execute_task(sweep: Sweep, index: int, command: list[str], quiet: bool = Fal
     (the report job runs ``psbench report`` on the sweep directory when the array is done).
     Tasks run concurrently, so there is no sweep-wide lock and only this run's stale
     ``.partial`` folder is removed. Exit status 0 when the run is finished."""
-    from .machine import machine_info
-    from .runner import run_job
-
     if not 0 <= index < len(sweep.runs):
         raise ConfigError(f"--task {index}: the sweep has runs 0..{len(sweep.runs) - 1}")
     run = sweep.runs[index]

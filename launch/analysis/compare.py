@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pandas as pd
-
 from psmodes.config import ConfigError
 
 from .collect import DEFAULT_TARGET, METRICS, RunRecord, collect, rank_seconds, run_metrics
+from .cost import Pricing
+from .lazy import frame
+from .report import fmt_est
 from .stats import mean_ci, welch
 
 NA = "–"
@@ -98,8 +99,6 @@ def _json(path: Path):
 
 
 def _pricing():
-    from .cost import Pricing
-
     try:
         return Pricing()
     except ConfigError:
@@ -107,8 +106,6 @@ def _pricing():
 
 
 def _cell(key: str, values: list) -> str:
-    from .report import fmt_est
-
     est = mean_ci(values)
     return NA if est.n == 0 else f"{fmt_est(key, est)} (n={est.n})"
 
@@ -131,7 +128,7 @@ def table(a: dict[str, list], b: dict[str, list]) -> str:
                      "significant at 95%?": welch(va, vb).text() if va and vb else NA})
     if not rows:
         return "(no figures on either side)"
-    return pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True)
+    return frame(rows).to_markdown(index=False, disable_numparse=True)
 
 
 def compare(a: str | Path, b: str | Path, target: float | None = None) -> str:

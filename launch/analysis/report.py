@@ -3,7 +3,7 @@ of runs, written to ``reports/<name>/`` (a sweep writes it when it ends):
 
 - ``report.md``: configuration, machine, library versions, the commands to
   reproduce; per configuration the mean and 95% CI over seeds of every figure
-  (``launch.collect.METRICS``); accuracy-over-time plots; findings generated
+  (``launch.analysis.collect.METRICS``); accuracy-over-time plots; findings generated
   from the numbers (never written by hand); a cost table priced from
   ``benchmarks/prices.toml``; every incomplete or failed run, marked;
 - ``accuracy*.png``: the plots linked from it;
@@ -18,14 +18,15 @@ import json
 import time
 from pathlib import Path
 
-import pandas as pd
-
 from psmodes.atomic import write_text_atomic
 from psmodes.config import ConfigError
 
 from . import naming
 from .collect import DEFAULT_TARGET, METRIC_BY_KEY, METRICS, ROLES, ConfigAggregate, RunRecord, collect, without
 from .cost import Pricing
+from .lazy import frame
+from .machine import machine_info
+from .plots import kill_times, plot_accuracy
 from .stats import Estimate, Test, welch
 
 NA = "–"
@@ -66,8 +67,6 @@ def runs_cell(agg: ConfigAggregate) -> str:
 
 def kills_cell(config: dict, runs: list[RunRecord] | None = None) -> str:
     """The kill schedule, with the mean times the kills happened (seconds into training)."""
-    from .plots import kill_times
-
     parts = []
     ps = naming.kill_specs(config.get("kill_ps"))
     rep = naming.kill_specs(config.get("kill_replica"))
@@ -85,7 +84,7 @@ def kills_cell(config: dict, runs: list[RunRecord] | None = None) -> str:
 def md_table(rows: list[dict]) -> str:
     if not rows:
         return "(none)"
-    df = pd.DataFrame(rows).astype(str)
+    df = frame(rows).astype(str)
     df = df.apply(lambda col: col.str.replace("|", "/", regex=False).str.replace("\n", " ", regex=False))
     return df.to_markdown(index=False, disable_numparse=True)
 
@@ -227,8 +226,6 @@ def findings(aggs: list[ConfigAggregate], target: float) -> list[str]:
 # ---------------------------------------------------------------- plots
 
 def make_plots(aggs: list[ConfigAggregate], target: float, out: Path) -> list[tuple[str, Path]]:
-    from .plots import plot_accuracy
-
     for old in out.glob("accuracy*.png"):
         old.unlink()
     by_label = {a.label: a for a in aggs}
@@ -288,8 +285,6 @@ def write_report(src: str | Path, out: str | Path, target: float | None = None, 
     machine = _read_json(src / "machine.json")
     machine_note = "recorded when the sweep started"
     if not machine:
-        from .machine import machine_info
-
         machine = machine_info()
         machine_note = "the machine that wrote this report (the runs did not record theirs)"
     text = render(name, src, sweep, runs, aggs, target, plots, pricing, machine, machine_note, out)
@@ -304,7 +299,7 @@ def write_results(out: Path, name: str, target: float, runs: list[RunRecord], ag
               "metrics": {m.key: {"title": m.title, "better": m.better, "doc": m.doc} for m in METRICS},
               "configs": [a.record() for a in aggs], "runs": [r.row() for r in runs]}
     write_text_atomic(out / "results.json", json.dumps(record, indent=2, default=str) + "\n")
-    write_text_atomic(out / "results.csv", pd.DataFrame([r.row() for r in runs]).to_csv(index=False))
+    write_text_atomic(out / "results.csv", frame([r.row() for r in runs]).to_csv(index=False))
 
 
 def render(name, src, sweep, runs, aggs, target, plots, pricing, machine, machine_note, out) -> str:
