@@ -49,12 +49,12 @@ from pathlib import Path
 
 import psutil
 
-from benchmarks.registry import WORKLOADS
 from psmodes.atomic import write_text_atomic
-from psmodes.config import MODES, REPLAY_POLICIES, ConfigError, RunConfig, parse_duration
+from psmodes.config import MODES, REPLAY_POLICIES, ConfigError, RunConfig
 
 from ..analysis.lazy import frame
 from ..driver.kills import parse_kills
+from ..driver.options import add_option, run_options
 from ..driver.runner import INTERRUPTED, run_job
 
 ACCURACY_TOLERANCE = 0.05
@@ -69,12 +69,13 @@ def add_chaos_parser(sub) -> None:
     p.add_argument("--mode", required=True, help=f"one of {', '.join(MODES)}, or several separated by commas")
     p.add_argument("--trials", type=int, default=20, help="trials per mode")
     p.add_argument("--seed", type=int, default=0, help="draws the kills and parameters of every trial")
-    p.add_argument("--benchmark", default="synthetic", help=f"one of: {', '.join(WORKLOADS)}")
-    p.add_argument("--duration", default="10s", help="training time of each trial")
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--model-params", type=int, default=200_000, help="synthetic benchmark: model size")
-    p.add_argument("--consistency", default="sync", help="sync, async or bounded:S")
-    p.add_argument("--restart-delay", default="1s", help="time before a replacement is spawned")
+    run = run_options()  # the options every trial shares with psbench run, with the defaults of trials
+    add_option(p, run["benchmark"], default="synthetic")
+    add_option(p, run["duration"], default="10s", help="training time of each trial")
+    add_option(p, run["workers"])
+    add_option(p, run["model_params"], default=200_000)
+    add_option(p, run["consistency"], help="sync, async or bounded:S")
+    add_option(p, run["restart_delay"], default="1s")
     p.add_argument("--max-kills", type=int, default=2, help="kills per trial: 1 to this many")
     p.add_argument("--tolerance", type=float, default=ACCURACY_TOLERANCE,
                    help="largest accuracy drop allowed after recovery (checkpoint, chain)")
@@ -100,9 +101,9 @@ def plan_trials(a: argparse.Namespace) -> list[RunConfig]:
         raise ConfigError(f"--max-kills must be >= 1, got {a.max_kills}")
     if not 0 <= a.tolerance < 1:
         raise ConfigError(f"--tolerance must be in [0, 1), got {a.tolerance}")
-    duration = parse_duration(a.duration, "--duration")
-    restart_delay = 0.0 if str(a.restart_delay).strip() in ("0", "0s") else parse_duration(a.restart_delay,
-                                                                                           "--restart-delay")
+    run = run_options()
+    duration = run["duration"].to_field(a.duration)
+    restart_delay = run["restart_delay"].to_field(a.restart_delay)
     out = Path(a.out) if a.out else Path("runs") / f"chaos-{time.strftime('%Y%m%d-%H%M%S')}"
     if out.exists() and any(out.glob("*/trial-*")):
         raise ConfigError(f"{out} already holds chaos trials; choose another --out")

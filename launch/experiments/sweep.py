@@ -62,7 +62,7 @@ from psmodes.config import ConfigError, RunConfig, read_user_file
 from ..analysis import naming
 from ..analysis.machine import machine_info
 from ..analysis.report import write_report
-from ..driver.options import OneLineParser, add_run_options, config_from_args, resolve_data, run_parser
+from ..driver.options import OneLineParser, add_run_options, config_from_args, resolve_data, run_options, run_parser
 from ..driver.runner import run_job
 
 TOP_KEYS = ("name", "description", "seeds", "target", "base", "grid", "extra")
@@ -97,36 +97,28 @@ class Sweep:
 
 # ---------------------------------------------------------------- the run options
 
-def run_actions() -> dict:
-    """dest -> argparse action of every `psbench run` option (so new options work here at once)."""
-    return {a.dest: a for a in run_parser()._actions if a.option_strings and a.dest != "help"}
-
-
-def _flag(action) -> str:
-    return max(action.option_strings, key=len)
-
-
-def _dest(key: str, where: str, actions: dict) -> str:
+def _dest(key: str, where: str, options: dict) -> str:
+    """The option a sweep file's key names (the long option of psbench run, with - or _)."""
     dest = str(key).strip().lstrip("-").replace("-", "_")
     if dest in NOT_IN_FILE:
         raise ConfigError(f"{where}: key {key!r} does not belong in a sweep file ({NOT_IN_FILE[dest]})")
-    if dest not in actions:
-        names = [_flag(a)[2:] for d, a in actions.items() if d not in NOT_IN_FILE]
+    if dest not in options:
+        names = [o.flag[2:] for d, o in options.items() if d not in NOT_IN_FILE]
         close = difflib.get_close_matches(str(key).replace("_", "-"), names, n=1, cutoff=0.5)
         hint = f"; did you mean {close[0]!r}?" if close else "; the keys are the long options of psbench run"
         raise ConfigError(f"{where}: unknown key {key!r}{hint}")
     return dest
 
 
-def option_argv(dest: str, value, where: str, actions: dict) -> list[str]:
+def option_argv(dest: str, value, where: str, options: dict) -> list[str]:
     """One option and its value -> `psbench run` arguments."""
-    action = actions[dest]
-    flag = _flag(action)
-    if action.nargs == 0:  # a flag
+    opt = options[dest]
+    flag = opt.flag
+    if opt.kind in ("flag", "negated"):
         if not isinstance(value, bool):
             raise ConfigError(f"{where}: {flag[2:]} is a flag; write true or false, not {value!r}")
         return [flag] if value else []
-    if type(action).__name__ == "_AppendAction":
+    if opt.kind == "list":
         items = value if isinstance(value, list) else [value]
         out = []
         for item in items:
@@ -142,11 +134,11 @@ def option_argv(dest: str, value, where: str, actions: dict) -> list[str]:
     return [f"{flag}={value}"]
 
 
-def options_argv(options: dict, actions: dict) -> list[str]:
+def options_argv(values: dict, options: dict) -> list[str]:
     """dest -> value (merged, validated keys) -> `psbench run` arguments, in a stable order."""
     argv = []
-    for dest in sorted(options):
-        argv += option_argv(dest, options[dest], f"option {_flag(actions[dest])}", actions)
+    for dest in sorted(values):
+        argv += option_argv(dest, values[dest], f"option {options[dest].flag}", options)
     return argv
 
 
@@ -201,19 +193,19 @@ def _table(doc: dict, key: str, where: str) -> dict:
     return value
 
 
-def _options(table: dict, where: str, actions: dict, lists: bool = False) -> dict:
+def _options(table: dict, where: str, options: dict, lists: bool = False) -> dict:
     out = {}
     for key, value in table.items():
-        dest = _dest(key, where, actions)
+        dest = _dest(key, where, options)
         if dest in out:
             raise ConfigError(f"{where}: {key!r} is given twice (with - and _)")
         if lists:
             if not isinstance(value, list) or not value:
                 raise ConfigError(f"{where}: {key} must be a non-empty list of values, e.g. {key} = [1, 2]")
             for v in value:
-                option_argv(dest, v, where, actions)
+                option_argv(dest, v, where, options)
         else:
-            option_argv(dest, value, where, actions)
+            option_argv(dest, value, where, options)
         out[dest] = value
     return out
 
@@ -246,7 +238,7 @@ def load(path: str | Path, overrides: dict | None = None, seeds: list[int] | Non
             close = difflib.get_close_matches(key, TOP_KEYS, n=1, cutoff=0.5)
             hint = f"; did you mean {close[0]!r}?" if close else f"; the top-level keys are {', '.join(TOP_KEYS)}"
             raise ConfigError(f"{path}: unknown top-level key {key!r}{hint} (run options go in [base] or [grid])")
-    actions = run_actions()
+    options = run_options()
     name = naming.sanitize(str(doc.get("name") or path.stem))
     if not name:
         raise ConfigError(f"{path}: name {doc.get('name')!r} gives an empty folder name")
@@ -255,14 +247,14 @@ def load(path: str | Path, overrides: dict | None = None, seeds: list[int] | Non
         target = doc["target"]
     if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target <= 1):
         raise ConfigError(f"{path}: target must be an accuracy in (0, 1], got {target!r}")
-    base = _options(_table(doc, "base", str(path)), f"{path} [base]", actions)
-    grid = _options(_table(doc, "grid", str(path)), f"{path} [grid]", actions, lists=True)
+    base = _options(_table(doc, "base", str(path)), f"{path} [base]", options)
+    grid = _options(_table(doc, "grid", str(path)), f"{path} [grid]", options, lists=True)
     extras_doc = doc.get("extra", [])
     if isinstance(extras_doc, dict):
         extras_doc = [extras_doc]
     if not isinstance(extras_doc, list) or not all(isinstance(e, dict) for e in extras_doc):
         raise ConfigError(f"{path}: extra must be tables: write [[extra]] before each one")
-    extras = [_options(e, f"{path} [[extra]] #{i + 1}", actions) for i, e in enumerate(extras_doc)]
+    extras = [_options(e, f"{path} [[extra]] #{i + 1}", options) for i, e in enumerate(extras_doc)]
     fixed = {}
     for dest, value in (overrides or {}).items():
         if dest in SWEEP_OPTIONS:
@@ -283,8 +275,8 @@ def load(path: str | Path, overrides: dict | None = None, seeds: list[int] | Non
     configs: list[tuple[list[str], RunConfig]] = []
     seen: set[str] = set()
     data_checked: dict[tuple, str | None] = {}
-    for options in options_list:
-        argv = options_argv(options, actions)
+    for values in options_list:
+        argv = options_argv(values, options)
         try:
             cfg = config_from_args(parser.parse_args(argv + [f"--seed={seeds[0]}"]))
             key = (cfg.benchmark, cfg.data_dir)
@@ -300,7 +292,7 @@ def load(path: str | Path, overrides: dict | None = None, seeds: list[int] | Non
             configs.append((argv, cfg))
     dicts = [cfg.to_dict() for _, cfg in configs]
     keys = naming.varying_keys(dicts)
-    keys += [f for f in (_field(k, dicts[0]) for k in kept) if f and f not in keys]
+    keys += [f for f in (options[k].field for k in kept) if f and f in dicts[0] and f not in keys]
     rank = {k: i for i, k in enumerate(naming.ORDER)}
     keys.sort(key=lambda k: (rank.get(k, len(naming.ORDER)), k))
     labels = naming.labels(dicts, keys) if keys else [configs[0][1].mode]  # nothing varies: name it by its mode
@@ -311,15 +303,6 @@ def load(path: str | Path, overrides: dict | None = None, seeds: list[int] | Non
             runs.append(PlannedRun(f"{label}-s{seed}", label, seed, argv + [f"--seed={seed}"],
                                    dataclasses.replace(cfg, seed=seed)))
     return Sweep(name, path, out_dir, None if target is None else float(target), seeds, runs, text)
-
-
-def _field(dest: str, config: dict) -> str | None:
-    """The config.json field of a `psbench run` option (duration -> duration_s, ...)."""
-    for name in (dest, f"{dest}_s", {"threads": "threads_per_rank", "no_evaluator": "evaluator",
-                                     "no_oversubscribe": "oversubscribe", "no_ulfm": "ulfm"}.get(dest)):
-        if name and name in config:
-            return name
-    return None
 
 
 # ---------------------------------------------------------------- state on disk
