@@ -32,14 +32,10 @@ from __future__ import annotations
 
 import time
 
-import torch
-
-from . import killpoints
-from . import transport as tp
-from .messages import POLICY_NAMES, Answer, Grad, Hello, Ready, parse
-from .replay import apply_buffered
-from .server import ParameterServer
+from . import killpoints, transport as tp
 from .events import Ev
+from .messages import Answer, Grad, Hello, Ready, parse
+from .server import ParameterServer
 
 
 def staleness_lr_scale(staleness: int, enabled: bool) -> float:
@@ -57,9 +53,9 @@ class AsyncParameterServer(ParameterServer):
         ctx, c = self.ctx, self.ctx.cluster
         self.computing: dict[int, int] = {}    # worker index -> version of the weights it computes on
         self.waiting: list[tuple] = []         # answers held back: (index, rank, applied, staleness, version it made)
-        self.handovers: dict[int, tuple] = {}  # stateless replacement: index -> (rank, version, count, weights, vectors)
+        self.handovers: dict = {}  # a replacement awaiting them: worker index -> hand-over
         workers = [r for r, role in enumerate(c.roles) if role.kind == "worker"]
-        if self.stateless_empty:
+        if self.awaiting_handover:
             for rank in workers:  # each worker trains on until it hears this
                 tp.send(c.world, Ready(), None, rank, tp.TAG_FROM_PS, ctx.peer_timeout, "PS ready")
         inbox = tp.FairInbox(c.world, workers, tp.TAG_TO_PS)
@@ -112,8 +108,8 @@ class AsyncParameterServer(ParameterServer):
         self._check_stop()
         while self.waiting and self._may_grant():
             index, rank, applied, staleness, applied_as = self.waiting.pop(0)
-            answer = Answer(self.opt.version, self.stopped, self.t0_ms, weights=True, applied=bool(applied),
-                            staleness=staleness, applied_as=applied_as)
+            answer = Answer(self.opt.version, self.stopped, self.t0_ms, weights=True, staleness=staleness,
+                            applied_as=applied_as if applied else -1)
             reqs = tp.isend(self.ctx.cluster.world, answer, self.opt.weights.numpy(), rank, tp.TAG_FROM_PS)
             killpoints.reached("send_weights", self.ctx, version=self.opt.version, worker=index)
             # a worker may already be in an announced respawn: notice it here too
@@ -127,7 +123,7 @@ class AsyncParameterServer(ParameterServer):
 
     # ---- connections
     def _hello_from(self, hello: Hello, src: int) -> None:
-        ctx, world = self.ctx, self.ctx.cluster.world
+        ctx = self.ctx
         index, version = hello.worker, hello.version
         if self.t0_ms == 0:
             if version < 0:  # the first contact of the run
@@ -136,47 +132,15 @@ class AsyncParameterServer(ParameterServer):
             else:
                 self.t0_ms = hello.t0_ms
         self.computing.pop(index, None)
-        if self.stateless_empty:
-            weights = torch.zeros(self.numel)
-            tp.recv_payload(world, weights.numpy(), src, tp.TAG_HANDOVER, ctx.peer_timeout, "hand-over weights")
-            vectors = []
-            for _ in range(hello.vectors):
-                vec = torch.zeros(self.numel)
-                tp.recv_payload(world, vec.numpy(), src, tp.TAG_HANDOVER, ctx.peer_timeout, "hand-over updates")
-                vectors.append(vec)
-            self.handovers[index] = (src, version, hello.buffered, weights, vectors, POLICY_NAMES[hello.policy])
+        if self.awaiting_handover:
+            self.handovers[index] = self.mode.receive_handover(self, hello, src)
             if len(self.handovers) == ctx.cfg.workers:
-                self._replay_handovers()
+                self.mode.apply_handovers(self, list(self.handovers.values()))
+                for i in sorted(self.handovers):
+                    self.waiting.append((i, self.handovers[i].rank, 0, -1, -1))
+                self.handovers = {}
             return
         ctx.log.emit(Ev.HELLO, worker=index, leader_version=version, ps_version=self.opt.version,
                      lost_steps=max(0, version - self.opt.version) if version >= 0 else 0)
         self.started = True
         self.waiting.append((index, src, 0, -1, -1))
-
-    def _replay_handovers(self) -> None:
-        ctx = self.ctx
-        items = [self.handovers[i] for i in sorted(self.handovers)]
-        policy = items[0][5]
-        if policy == "local":  # each worker stepped its own copy: take their mean
-            self.opt.weights.copy_(torch.stack([it[3] for it in items]).mean(dim=0))
-        else:
-            self.opt.weights.copy_(max(items, key=lambda it: it[1])[3])
-        self.opt.version = max(it[1] for it in items)
-        count = sum(it[2] for it in items)
-        if policy in ("paper", "mean"):  # per-worker sums: add them up in place
-            vectors = [v for it in items for v in it[4]]
-            total = vectors[0] if vectors else None
-            for v in vectors[1:]:
-                total.add_(v)
-            vectors = [total] if total is not None else []
-        else:
-            vectors = [v for it in items for v in it[4]]
-        staleness = apply_buffered(self.opt, policy, count, vectors, hook=self._replay_hook)
-        self.stateless_empty = False
-        self.started = True
-        ctx.log.emit(Ev.REPLAYED, applied=count, policy=policy, version=self.opt.version, staleness=staleness,
-                     workers=len(items))
-        self._after_update()
-        for index in sorted(self.handovers):
-            self.waiting.append((index, self.handovers[index][0], 0, -1, -1))
-        self.handovers = {}

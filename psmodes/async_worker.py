@@ -27,13 +27,11 @@ from mpi4py import MPI
 from . import transport as tp
 from .async_server import staleness_lr_scale
 from .context import RespawnNow, no_repair
+from .events import Ev
 from .flatparams import digest
 from .messages import DONE, FAILED, POLICY_CODES, RUNNING, Answer, Grad, Hello
 from .outage import Outage
-from .replay import UpdateBuffer
-from .sgd import FlatSGD
 from .worker import Worker
-from .events import Ev
 
 
 class AsyncWorker(Worker):
@@ -71,8 +69,8 @@ class AsyncWorker(Worker):
             self._push(self._compute())
             return
         # the PS is down
-        if self.ctx.cfg.mode == "stateless":
-            self._buffer(self._compute())
+        if self.ctx.mode.trains_through_outage:
+            self._outage_step(self._compute())
             self._advance_repair()
         else:
             time.sleep(0.005)
@@ -117,20 +115,20 @@ class AsyncWorker(Worker):
     def _hello(self) -> None:
         """(Re)connect to the PS; a stateless replacement gets this worker's buffer."""
         c, ctx, cfg = self.ctx.cluster, self.ctx, self.ctx.cfg
-        buf = self.buffer
-        handover = cfg.mode == "stateless" and c.generation > 0 and buf is not None
-        vectors = buf.vectors() if handover else []
+        offer = self.mode.handover(self)  # stateless: this worker's buffer for a fresh replacement
+        handover = offer is not None
+        buffered, vectors = offer if handover else (0, [])
         t_connect = time.perf_counter()
-        hello = Hello(self.version, buffered=buf.count if handover else 0, t0_ms=self.t0_ms,
-                      policy=POLICY_CODES[cfg.replay], vectors=len(vectors), worker=self.index)
+        hello = Hello(self.version, buffered=buffered, t0_ms=self.t0_ms, policy=POLICY_CODES[cfg.replay],
+                      vectors=len(vectors), worker=self.index)
         tp.send(c.world, hello, None, c.ps, tp.TAG_TO_PS, ctx.peer_timeout, "worker says hello", on_idle=ctx.idle,
                 watch=ctx.death_watch())
         if handover:
-            handover_s = self._send_handover(vectors, t_connect)
+            handover_s = self.mode.send_handover(self, vectors)
         version_before = self.version
         reply = self._receive_weights(ctx.outage_timeout, "worker waits for the PS")
         if handover:
-            self._handed_over(len(vectors), handover_s)
+            self.mode.handed_over(self, len(vectors), handover_s)
         self.pending = False
         self.ps_up = True
         if self.outage is not None:
@@ -158,14 +156,10 @@ class AsyncWorker(Worker):
             self.outage = Outage(t_start=t_send, t_detect=time.time(), version=self.version)
         self._add_idle(time.time() - t_send)
         self.repair_due = time.monotonic() + cfg.restart_delay_s
-        if cfg.mode == "stateless":
-            if self.buffer is None:
-                self.buffer = UpdateBuffer(cfg.replay, self.numel, cfg.max_buffered)
-                if cfg.replay == "local":
-                    self.local_opt = FlatSGD(torch.from_numpy(self.weights_in), self.ctx.lr, cfg.momentum)
-            if self.pending:  # the dead PS never answered: this worker's first buffered update
-                self._buffer(0.0, log=False)
-            self.pending = False
+        self.mode.on_ps_lost(self)  # stateless: the gradient the dead PS never answered is kept
+        if self.mode.trains_through_outage:
+            if self.local_opt is not None:  # its own copy moved on
+                self.flat.weights.copy_(torch.from_numpy(self.weights_in))
             self._join_repair()
             self._in_background(lambda: ctx.after_failure(exc, via=f"worker{self.index}"), "shrink")
             return
@@ -176,15 +170,9 @@ class AsyncWorker(Worker):
         if ctx.cluster.roles[0].kind == "ps":  # a promoted chain head, or the PS survived a replica's death
             self._hello()
 
-    def _buffer(self, compute_s: float, log: bool = True) -> None:
-        self.buffer.add(self.grad_host)
-        if self.local_opt is not None:
-            self.local_opt.step(self.grad_host)  # steps weights_in, this worker's own copy
+    def _outage_step(self, compute_s: float) -> None:
+        if self.mode.outage_step(self, compute_s):  # local: this worker's own copy moved on
             self.flat.weights.copy_(torch.from_numpy(self.weights_in))
-        if log:
-            self.ctx.log.emit(Ev.STEP, version=self.version, applied=False, buffered=self.buffer.count,
-                              samples=self.samples_per_step, compute_s=round(compute_s, 6),
-                              loss=round(self.last_loss, 5))
 
     def _respawn_due(self) -> bool:
         if self.repair_due is None or time.monotonic() < self.repair_due:
@@ -200,7 +188,7 @@ class AsyncWorker(Worker):
         ctx = self.ctx
         self._join_repair()
         self.repair_due = None
-        if ctx.cfg.mode == "stateless" and not self.ps_up:
+        if self.mode.trains_through_outage and not self.ps_up:
             self._in_background(ctx.respawn, "respawn")  # and keep training; READY follows
             return
         t = time.perf_counter()

@@ -26,20 +26,19 @@ from typing import Any, Callable
 
 from benchmarks.registry import WORKLOADS
 
+from . import modes
 from .atomic import write_text_atomic
+from .errors import ConfigError, positive_int
+from .messages import POLICY_CODES
 
 FORMAT_VERSION = 1
-MODES = ("none", "checkpoint", "chain", "stateless")
-REPLAY_POLICIES = ("paper", "mean", "sequential", "staleness", "local")
+MODES = modes.NAMES  # each mode's own options and checks live in psmodes/modes/<name>.py
+REPLAY_POLICIES = tuple(POLICY_CODES)
 CONSISTENCY = ("sync", "async", "bounded:S")
 RECOVERY = ("ulfm", "job-restart")
 LAUNCHERS = ("mpirun", "horovodrun")
 KILL_VIA = ("auto", "local", "ssh", "srun")
 GROUPS = ("workload", "consistency", "recovery", "execution", "clusters")  # of `psbench run --help`, in order
-
-
-class ConfigError(ValueError):
-    """Bad user input; the message is one line that says what to fix."""
 
 
 def read_user_file(path, what: str, missing: str) -> str:
@@ -167,11 +166,6 @@ def one_of(choices, what: str, listing: str | None = None) -> Callable:
     return check
 
 
-def positive_int(value, flag: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{flag} must be a positive integer, got {value!r}")
-
-
 def whole_number(value, flag: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigError(f"{flag} must be a whole number >= 0, got {value!r}")
@@ -258,8 +252,8 @@ class RunConfig:
                                    check=positive_int)
     checkpoint_sync: bool = option(False, "--checkpoint-sync", "checkpoint: wait for each write (lost steps <= K "
                                    "strictly, at a throughput cost)", group="recovery")
-    replicas: int = option(1, "--replicas", "chain mode: replicas behind the head", group="recovery")
-    replicate_every: int = option(1, "--replicate-every", "chain mode: K (1 = strict)", group="recovery",
+    replicas: int = option(1, "--replicas", "chain, hybrid: replicas behind the head", group="recovery")
+    replicate_every: int = option(1, "--replicate-every", "chain, hybrid: K (chain: 1 = strict)", group="recovery",
                                   check=positive_int)
     restart_delay_s: float = option(10.0, "--restart-delay", "time before a replacement is spawned",
                                     group="recovery", parse=duration_or_zero, check=non_negative)
@@ -270,7 +264,7 @@ class RunConfig:
                                group="recovery", check=positive_int)
     kill_ps: list[str] = option([], "--kill-ps", "SIGKILL the PS at a time since training started (20s) or a PS "
                                 "step (step:800)", group="recovery", metavar="AT[,AT...]")
-    kill_replica: list[str] = option([], "--kill-replica", "chain mode: SIGKILL the tail replica", group="recovery",
+    kill_replica: list[str] = option([], "--kill-replica", "chain, hybrid: SIGKILL the tail replica", group="recovery",
                                      metavar="AT[,AT...]")
     kill_worker: list[str] = option([], "--kill-worker", "SIGKILL the last worker (the worker group is fixed: the "
                                     "run ends cleanly)", group="recovery", metavar="AT")
@@ -313,13 +307,18 @@ class RunConfig:
         return 1 + self.n_replicas + (1 if self.evaluator else 0) + self.workers
 
     @property
+    def recovery_mode(self) -> modes.RecoveryMode:
+        """The recovery mode's promise and hooks (psmodes/modes/)."""
+        return modes.get(self.mode)
+
+    @property
     def n_replicas(self) -> int:
-        return self.replicas if self.mode == "chain" else 0
+        return self.recovery_mode.replicas(self)
 
     @property
     def dies_with_ps(self) -> bool:
         """Whether a PS death ends the MPI job (mode none; job-restart: the launcher restarts it)."""
-        return self.mode == "none" or self.recovery == "job-restart"
+        return not self.recovery_mode.survives_ps_death or self.recovery == "job-restart"
 
     @property
     def is_async(self) -> bool:
@@ -371,14 +370,14 @@ class RunConfig:
         self.slow_worker_spec  # validates --slow-worker against --workers
         if self.steps is None and self.duration_s is None:
             raise ConfigError("say how long to train: --steps N or --duration 60s")
-        if self.mode == "chain":
-            positive_int(self.replicas, "--replicas")
-        if self.kill_replica and self.mode != "chain":
-            raise ConfigError("--kill-replica needs --mode chain (only chain mode has replicas)")
-        if self.recovery == "job-restart" and self.mode != "checkpoint":
+        mode = self.recovery_mode
+        mode.validate(self)
+        if self.kill_replica and not self.n_replicas:
+            raise ConfigError("--kill-replica needs --mode chain or hybrid (only they have replicas)")
+        if self.recovery == "job-restart" and not mode.supports_job_restart:
             raise ConfigError(f"--recovery job-restart needs --mode checkpoint (the restarted job resumes from "
                               f"the newest checkpoint), not --mode {self.mode}")
-        if not self.ulfm and self.recovery == "ulfm" and self.mode != "none":
+        if not self.ulfm and self.recovery == "ulfm" and mode.survives_ps_death:
             raise ConfigError(f"--mode {self.mode} repairs the job in place and needs ULFM, which is off; "
                               "use --recovery job-restart")
         return self

@@ -10,9 +10,12 @@ polls, which is where a pending announcement is noticed.
 """
 from __future__ import annotations
 
+import json
 import os
+import socket
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -20,11 +23,15 @@ from mpi4py import MPI
 
 from benchmarks.registry import get as get_workload
 
-from . import killpoints, transport
+from . import killpoints, modes, transport
+from .atomic import write_text_atomic
 from .cluster import Cluster, full_layout
 from .config import RunConfig
+from .errors import RunFailed
 from .events import Ev, EventLog
+from .flatparams import FlatParams
 from .messages import ACTION_NONE, ACTION_SPAWN, HEADER_LEN, Announce
+
 # a spawn or join still running this long after a member's death is known is given up (see respawn)
 STALL_GRACE_S = 3.0
 SPAWN_TRIES = 3  # a death during the spawn is repaired (shrink, spawn again) this many times in all
@@ -41,13 +48,10 @@ class RespawnNow(Exception):
     """The leader announced a respawn; the receiver must join it."""
 
 
-class RunFailed(Exception):
-    """The run cannot go on (e.g. the PS died in mode none); the message says why."""
-
-
 class Context:
     def __init__(self, cfg: RunConfig, cluster: Cluster, log: EventLog) -> None:
         self.cfg = cfg
+        self.mode = modes.get(cfg.mode)  # the recovery mode's hooks (psmodes/modes/)
         self.cluster = cluster
         self.log = log
         self.workload = get_workload(cfg.benchmark)
@@ -105,10 +109,7 @@ class Context:
         dead = self.cluster.shrink()
         self.log.emit(Ev.DETECT, via=via, error=str(exc), t_detect=t_detect,
                       dead=[r.label for r in dead], role=self.cluster.me.label, rank=self.cluster.rank)
-        if self.cfg.mode == "chain" and not any(r.kind == "ps" for r in self.cluster.roles):
-            # the head and every replica died before a new tail joined: no copy of the state survives
-            raise RunFailed(f"chain: the head and all replicas died ({', '.join(r.label for r in dead)}); "
-                            "no copy of the PS state survives")
+        self.mode.on_shrink(self.cluster, dead)  # RunFailed when no copy of the PS state survives
         if self.cluster.leader is None:
             # not known failed before the shrink: the workers had finished and left the job (a PS
             # killed after the last step, before the final snapshot), or died while the shrink ran
@@ -292,6 +293,22 @@ class Context:
         if "error" in box:
             raise box["error"]
         return box.get("result")
+
+
+def build_flat(ctx: Context) -> FlatParams:
+    """The workload's model as flat weights, initialised from the run's seed (the same everywhere)."""
+    torch.manual_seed(ctx.cfg.seed)
+    return FlatParams(ctx.workload.build_model(ctx.cfg))
+
+
+def write_pid_file(ctx: Context, role: str) -> None:
+    """The launcher's fault injector finds whoever holds ``role`` now (the PS, a replica, a worker) here."""
+    folder = Path(ctx.cfg.run_dir) / "pids"
+    folder.mkdir(exist_ok=True)
+    info = {"pid": os.getpid(), "host": socket.gethostname(), "rank": ctx.cluster.rank, "role": role,
+            "generation": ctx.cluster.generation, "t": time.time()}
+    write_text_atomic(folder / f"{role}.json", json.dumps(info) + "\n")
+    ctx.log.emit(Ev.ROLE, **info)
 
 
 def pick_device(cfg: RunConfig) -> torch.device:

@@ -15,9 +15,9 @@ from mpi4py import MPI
 
 from . import transport as tp
 from .context import Context
+from .events import Ev
 from .flatparams import FlatParams
 from .messages import Snapshot
-from .events import Ev
 
 
 def _model(ctx: Context) -> FlatParams:

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
              generation=cluster.generation, device=str(ctx.device), host=MPI.Get_processor_name())
     try:
         if me.kind == "ps":
-            from .server import make_server
+            from .consistency import make_server
 
             make_server(ctx).run()
         elif me.kind == "replica":
@@ -90,11 +90,9 @@ def main(argv: list[str] | None = None) -> int:
 
             Evaluator(ctx).run()
         else:
-            if cfg.is_async:
-                from .async_worker import AsyncWorker as Worker
-            else:
-                from .worker import Worker
-            Worker(ctx, worker_comm).run()
+            from .consistency import make_worker
+
+            make_worker(ctx, worker_comm).run()
     except RunFailed as exc:
         log.emit(Ev.FAILED, reason=str(exc))
         print(f"psbench[{name}]: {exc}", file=sys.stderr)

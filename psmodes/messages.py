@@ -84,16 +84,22 @@ class Answer(Message):
     """The PS's answer to a gradient or a Hello: the version the PS holds now.
 
     ``weights``: the weights follow (sync without momentum answers a gradient with the version
-    only, and every worker applies the averaged gradient itself). Async answers also say whether
-    the gradient was ``applied``, its ``staleness`` and the version it made (``applied_as``)."""
+    only, and every worker applies the averaged gradient itself). Async answers also give the
+    gradient's ``staleness`` and the version it made (``applied_as``; -1: not applied).
+    ``durable``: the newest version a copy outside the PS is known to hold (hybrid: the chain's
+    tail acknowledged it; -1: none known), so the leader can drop the gradients before it."""
     KIND: ClassVar[int] = 2
     version: int
     stop: bool
     t0_ms: int
     weights: bool = True
-    applied: bool = False
     staleness: int = -1
     applied_as: int = -1
+    durable: int = -1
+
+    @property
+    def applied(self) -> bool:
+        return self.applied_as >= 0
 
 
 @dataclass(frozen=True)
@@ -115,10 +121,10 @@ class Snapshot(Message):
 
 @dataclass(frozen=True)
 class State(Message):
-    """The head's packed state at ``version``, forwarded down the chain; ``wait_ack``: the tail acknowledges."""
+    """The head's packed state at ``version``, forwarded down the chain; ``ack``: the tail acknowledges."""
     KIND: ClassVar[int] = 5
     version: int
-    wait_ack: bool
+    ack: bool
     t0_ms: int
 
 

@@ -16,13 +16,12 @@ from pathlib import Path
 import torch
 from mpi4py import MPI
 
-from . import killpoints
-from . import transport as tp
-from .context import Context, RunFailed
-from .messages import Ack, State, Stop
-from .server import build_flat, make_server, write_pid_file
-from .sgd import FlatSGD
+from . import killpoints, transport as tp
+from .consistency import make_server
+from .context import Context, RunFailed, build_flat, write_pid_file
 from .events import Ev
+from .messages import Ack, State, Stop
+from .sgd import FlatSGD
 
 
 class Replica:
@@ -77,9 +76,9 @@ class Replica:
         ctx = self.ctx
         ctx.log.emit(Ev.PROMOTED, version=self.version, role="ps")
         server = make_server(ctx, opt=self.opt, prev=self.prev, t0_ms=self.t0_ms, fresh=False)
-        if replicate_first:
-            ctx.resilient(lambda: server._replicate(wait_ack=True), via="ps",
-                          after_respawn=lambda: server._replicate(wait_ack=True))
+        if replicate_first:  # the replicas just spawned start empty: the mode's after-respawn sends them the state
+            send_state = server.mode.ps_after_respawn(server)
+            ctx.resilient(send_state, via="ps", after_respawn=send_state)
         server.run()
 
     def _follow(self) -> bool:
@@ -106,7 +105,7 @@ class Replica:
             # tail's ACK on every strict update, so this replica's own bookkeeping stays off that path
             if succ is not None:
                 reqs = tp.isend(c.world, msg, self.incoming.numpy(), succ, tp.TAG_CHAIN)
-            elif msg.wait_ack:
+            elif msg.ack:
                 reqs = tp.isend(c.world, Ack(version), None, 0, tp.TAG_ACK)
             else:
                 reqs = []

@@ -3,11 +3,11 @@
 One training step, sync data path:
 
 1. every worker computes a gradient on its next batch (unless the run is
-   waiting for a PS: checkpoint mode during an outage);
+   waiting for a PS during an outage, in modes that do not train through it);
 2. Horovod averages the gradients over the workers' communicator;
 3. the leader sends the average to the PS and receives the new weights - or,
-   with the PS down, detects the death (ULFM) and, in stateless mode, buffers
-   the update (:mod:`psmodes.replay`);
+   with the PS down, detects the death (ULFM) and lets the recovery mode keep
+   the update (stateless: :mod:`psmodes.modes.stateless`);
 4. the leader broadcasts a control header (state, version, stop, repair
    action) and, when they changed, the weights to the other workers;
 5. everyone takes the repair action (shrink, respawn) together; the leader
@@ -25,19 +25,36 @@ from benchmarks.registry import shard_batches
 
 from . import transport as tp
 from .allreduce import Allreducer
-from .context import Context, no_repair
+from .context import Context, no_repair, write_pid_file
+from .events import Ev
 from .flatparams import FlatParams, digest
-from .messages import (ACT_NONE, ACT_SHRINK, ACT_SPAWN, ACTION_NONE, APPLY, DONE, FAILED, HEADER_LEN, KEEP,
-                       POLICY_CODES, RECEIVE, RUNNING, Answer, Control, Grad, Hello)
+from .messages import (
+    ACT_NONE,
+    ACT_SHRINK,
+    ACT_SPAWN,
+    ACTION_NONE,
+    APPLY,
+    DONE,
+    FAILED,
+    HEADER_LEN,
+    KEEP,
+    POLICY_CODES,
+    RECEIVE,
+    RUNNING,
+    Answer,
+    Control,
+    Grad,
+    Hello,
+)
 from .outage import Outage
 from .replay import UpdateBuffer
 from .sgd import FlatSGD, sgd_step_
-from .events import Ev
 
 
 class Worker:
     def __init__(self, ctx: Context, worker_comm: MPI.Intracomm) -> None:
         self.ctx = ctx
+        self.mode = ctx.mode
         cfg = ctx.cfg
         self.index = ctx.cluster.me.index
         self.leader = self.index == 0
@@ -89,8 +106,6 @@ class Worker:
         self.ready_buf = np.zeros(HEADER_LEN, dtype=np.int64)
         self.samples_per_step = ctx.batch_size * cfg.workers
         self.last_loss = float("nan")
-        from .server import write_pid_file
-
         write_pid_file(ctx, f"worker{self.index}")  # --kill-worker finds it here
 
     # ---- one step's pieces
@@ -158,7 +173,7 @@ class Worker:
             while action != ACT_NONE:  # again when the PS died during the reconnection
                 t_action = time.perf_counter()
                 self._join_repair()
-                background = ctx.cfg.mode == "stateless"
+                background = self.mode.trains_through_outage
                 if action == ACT_SHRINK:
                     shrink = lambda: ctx.after_failure(  # noqa: E731
                         tp.PeerFailed("leader reported the PS dead", MPI.ERR_PROC_FAILED), via="worker")
@@ -205,7 +220,7 @@ class Worker:
 
     # ---- leader only
     def _set_ctrl(self, new_weights: int, stop: int = RUNNING, action: int = ACT_NONE) -> None:
-        compute = self.ps_up or self.ctx.cfg.mode == "stateless"
+        compute = self.ps_up or self.mode.trains_through_outage
         self.ctrl = Control(int(new_weights), self.version, stop, action, compute, self.t0_ms)
 
     def _lead(self, computed: bool, compute_s: float) -> None:
@@ -228,13 +243,7 @@ class Worker:
         # the PS is down
         new_weights = False
         if computed:
-            if self.buffer is not None:
-                self.buffer.add(self.grad_host)
-                if self.local_opt is not None:
-                    self.local_opt.step(self.grad_host)  # updates weights_in in place
-                    new_weights = True
-                log.emit(Ev.STEP, version=self.version, applied=False, buffered=self.buffer.count,
-                         samples=self.samples_per_step, compute_s=round(compute_s, 6), loss=round(self.last_loss, 5))
+            new_weights = self.mode.outage_step(self, compute_s)
         else:
             time.sleep(0.01)  # nothing to do but wait for the repair
         if self.repair_thread is not None and not self.repair_thread.is_alive():
@@ -287,6 +296,7 @@ class Worker:
         else:  # the PS only acknowledged: every worker applies the same update to its copy (_take_weights)
             self.reply_weights = APPLY
         self.pending = False
+        self.mode.after_answer(self, self.version, answer)
         self.version, self.t0_ms = answer.version, answer.t0_ms
         return answer.stop
 
@@ -312,16 +322,7 @@ class Worker:
             self.outage = Outage(t_start=t_send, t_detect=time.time(), version=self.version)
         self._add_idle(time.time() - t_send)  # the exchange that hung until the death was detected
         self.repair_due = time.monotonic() + cfg.restart_delay_s
-        if cfg.mode == "stateless" and self.buffer is None:
-            self.buffer = UpdateBuffer(cfg.replay, self.numel, cfg.max_buffered)
-            if cfg.replay == "local":
-                # the workers' own copy: the last weights received, stepped in place
-                self.local_opt = FlatSGD(torch.from_numpy(self.weights_in), self.ctx.lr, cfg.momentum)
-            if self.pending:  # the gradient the dead PS never answered is the first buffered update
-                self.buffer.add(self.grad_host)
-                if self.local_opt is not None:
-                    self.local_opt.step(self.grad_host)
-                self.pending = False
+        self.mode.on_ps_lost(self)
         self._set_ctrl(self.local_opt is not None, action=ACT_SHRINK)
 
     def _reconnect(self) -> None:
@@ -333,8 +334,8 @@ class Worker:
         if c.roles[0].kind != "ps":
             self._set_ctrl(False)
             return
-        if self.buffer is not None and c.generation > 0:
-            self._reconnect_ready()
+        if self.mode.trains_through_outage and self.mode.handover(self) is not None:
+            self._reconnect_ready()  # a fresh replacement takes the hand-over once it says READY; train on until then
             self._set_ctrl(self.local_opt is not None)
             return
         self._connect_and_steer(pending=self.pending)
@@ -347,7 +348,7 @@ class Worker:
         self._set_ctrl(True, stop=DONE if stop else RUNNING)
 
     def _reconnect_ready(self) -> None:
-        """stateless: a cold replacement; keep buffering until it says READY."""
+        """A replacement that awaits the hand-over (stateless): train on until it says READY."""
         self.ready_req = self.ctx.cluster.world.Irecv(self.ready_buf, MPI.ANY_SOURCE, tp.TAG_FROM_PS)
 
     # Stateless workers take the repair steps (MPI_Comm_shrink, which waits for
@@ -382,50 +383,31 @@ class Worker:
 
     def _connect(self, pending: bool) -> bool:
         c, ctx, cfg = self.ctx.cluster, self.ctx, self.ctx.cfg
-        buf = self.buffer
-        handover = cfg.mode == "stateless" and c.generation > 0 and buf is not None
-        vectors = buf.vectors() if handover else []
-        hello = Hello(self.version, pending=pending and not handover, buffered=buf.count if handover else 0,
-                      t0_ms=self.t0_ms, policy=POLICY_CODES[cfg.replay], vectors=len(vectors))
+        offer = self.mode.handover(self)  # stateless: the buffer for a fresh replacement; hybrid: the catch-up
+        buffered, vectors = offer if offer is not None else (0, [])
+        hello = Hello(self.version, pending=pending, buffered=buffered, t0_ms=self.t0_ms,
+                      policy=POLICY_CODES[cfg.replay], vectors=len(vectors))
         tp.send(c.world, hello, None, c.ps, tp.TAG_TO_PS, ctx.peer_timeout, "leader says hello",
                 watch=ctx.death_watch())
-        if pending and not handover:
+        if pending:  # stateless buffered it instead (on_ps_lost), so it is never re-sent there
             tp.wait(c.world.Isend(self.grad_host.numpy(), c.ps, tp.TAG_TO_PS), ctx.peer_timeout, "re-send gradient",
                     watch=ctx.death_watch())
-        if handover:
-            handover_s = self._send_handover(vectors, time.perf_counter())
+        if offer is not None:
+            handover_s = self.mode.send_handover(self, vectors)
         answer, _ = tp.recv(c.world, MPI.ANY_SOURCE, tp.TAG_FROM_PS, ctx.outage_timeout, "leader waits for the PS",
                             Answer)
         self._recv_weights()
-        if handover:
-            self._handed_over(len(vectors), handover_s)
+        if offer is not None:
+            self.mode.handed_over(self, len(vectors), handover_s)
+        if pending:  # the re-sent gradient was answered too (applied now or before): the mode may keep it
+            self.mode.after_answer(self, self.version, answer)
         self.version, self.t0_ms = answer.version, answer.t0_ms
         self.pending = False
         self.ps_up = True
-        if self.outage is not None:
-            self.outage.lost_steps = max(0, self.outage.version - self.version) if not handover else 0
+        if self.outage is not None:  # a hand-over or a catch-up leaves the PS at or past the workers' version
+            self.outage.lost_steps = max(0, self.outage.version - self.version)
         ctx.log.emit(Ev.CONNECTED, version=self.version, generation=c.generation)
         return answer.stop
-
-    def _send_handover(self, vectors: list, t_start: float) -> float:
-        """stateless: the weights and the buffered updates to the replacement PS; seconds since t_start."""
-        c, ctx = self.ctx.cluster, self.ctx
-        # the frozen last weights, or (local) the workers' stepped copy: both are weights_in
-        reqs = [c.world.Isend(self.weights_in, c.ps, tp.TAG_HANDOVER)]
-        reqs += [c.world.Isend(v.numpy(), c.ps, tp.TAG_HANDOVER) for v in vectors]
-        tp.wait(reqs, ctx.peer_timeout, "hand-over to the replacement PS", watch=ctx.death_watch())
-        return time.perf_counter() - t_start
-
-    def _handed_over(self, n_vectors: int, seconds: float) -> None:
-        """The replacement answered, so it applied the buffer. Until then the buffer is kept, so a
-        replacement that dies while replaying it gets it replayed by the next one (exactly once)."""
-        buf, cfg = self.buffer, self.ctx.cfg
-        self.ctx.log.emit(Ev.HANDOVER, buffered=buf.count, dropped=buf.dropped, policy=cfg.replay,
-                          staleness=buf.staleness, vectors=n_vectors, seconds=seconds)
-        if self.outage is not None:
-            self.outage.buffered += buf.count
-            self.outage.dropped += buf.dropped
-        self.buffer, self.local_opt = None, None  # handed over: never sent twice
 
     # Worker idle time during an outage, measured where the workers block: the
     # exchange that hung until the death was detected, the repair steps (shrink,

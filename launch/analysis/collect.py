@@ -20,9 +20,11 @@ import json
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
+from psmodes import modes
 from psmodes.config import FORMAT_VERSION, ConfigError
-from psmodes.events import read_events
+from psmodes.events import Ev, read_events
 
 from . import naming
 from .stats import Estimate, mean_ci
@@ -250,13 +252,16 @@ def time_to_target(timeline: list, target: float) -> float | None:
 
 
 def checkpoint_overhead_pct(path: Path | None, config: dict, train_s) -> float | None:
-    if path is None or config.get("mode") != "checkpoint" or not train_s:
+    # the checkpoint writer's cost on the PS's critical path: the copy, and any wait for the previous write
+    # (None where the PS writes no checkpoints)
+    if path is None or not train_s:
         return None
-    total = 0.0
-    for f in sorted((path / "events").glob("ps*.jsonl")):
-        for e in read_events(f):
-            if e["ev"] == "checkpoint_start":
-                total += float(e.get("copy_s") or 0) + float(e.get("waited_s") or 0)
+    starts = [e for f in sorted((path / "events").glob("ps*.jsonl")) for e in read_events(f)
+              if e["ev"] == Ev.CHECKPOINT_START]
+    mode = modes.REGISTRY.get(config.get("mode"))
+    if not starts and not (mode and mode.writes_checkpoints):
+        return None
+    total = sum(float(e.get("copy_s") or 0) + float(e.get("waited_s") or 0) for e in starts)
     return 100.0 * total / float(train_s)
 
 
@@ -287,7 +292,9 @@ def run_metrics(summary: dict, config: dict | None, target: float, path: Path | 
 def rank_seconds(config: dict, summary: dict) -> dict:
     """Rank-seconds of each role: the role's ranks x the training seconds."""
     train_s = summary.get("train_s") or 0.0
-    counts = {"ps": 1, "replica": config.get("replicas", 1) if config.get("mode") == "chain" else 0,
+    mode = modes.REGISTRY.get(config.get("mode"))
+    replicas = mode.replicas(SimpleNamespace(**{"replicas": 1, **config})) if mode else 0
+    counts = {"ps": 1, "replica": replicas,
               "evaluator": 1 if config.get("evaluator", True) else 0, "worker": config.get("workers", 0)}
     return {role: n * float(train_s) for role, n in counts.items()}
 
@@ -326,12 +333,12 @@ def collect(root: Path, target: float = DEFAULT_TARGET, pricing=None) -> tuple[l
 
 
 def _order(agg: ConfigAggregate):
-    modes = ("none", "checkpoint", "chain", "stateless")
+    names = modes.NAMES
     c = agg.config
     kills = len(naming.kill_specs(c.get("kill_ps"))) + len(naming.kill_specs(c.get("kill_replica")))
     return (agg.label == "unknown", kills, json.dumps({k: v for k, v in naming.identity(c).items() if k != "mode"},
                                                sort_keys=True, default=str),
-            modes.index(c.get("mode")) if c.get("mode") in modes else len(modes), agg.label)
+            names.index(c.get("mode")) if c.get("mode") in names else len(names), agg.label)
 
 
 def aggregate(agg: ConfigAggregate) -> None:

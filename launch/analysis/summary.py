@@ -127,7 +127,7 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
         "consistency": cfg.consistency,
         "workers": cfg.workers,
         "seed": cfg.seed,
-        "replay": cfg.replay if cfg.mode == "stateless" else None,
+        "replay": cfg.replay if "replay" in cfg.recovery_mode.options else None,
         "completed": completed,
         "exit_reason": exit_reason,
         "final_accuracy": finals[-1]["accuracy"] if finals else None,

@@ -107,7 +107,7 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
     cfg.oversubscribe = a.oversubscribe or (not hosts and not a.no_oversubscribe)
     if cfg.ulfm and not ulfm_supported():
         cfg.ulfm = False  # recorded in config.json; the modes that need ULFM refuse below
-        if cfg.recovery == "ulfm" and cfg.mode != "none":
+        if cfg.recovery == "ulfm" and cfg.recovery_mode.survives_ps_death:
             raise ConfigError(f"this MPI library has no ULFM (fault tolerance), which --mode {cfg.mode} needs "
                               "to repair the job in place; use --recovery job-restart")
     cfg.validate()

@@ -17,20 +17,19 @@ checked against these invariants:
 - ``orphans``: no process of the run is left once the launcher returned;
 - ``checkpoints``: every ``ckpt-*.pt`` on disk loads (``weights_only``) and is
   complete (keys, sizes);
-- ``chain``: with ``--replicate-every 1`` (strict) no acknowledged update was
-  lost (``lost_steps`` 0 at every recovery); with K > 1 at most 2K-1 (the head
-  ships every K-th version without waiting, so the newest one may still be in
-  flight when it dies: the K-1 steps after it and the K before it are lost);
-- ``checkpoint``: at most 2K steps lost per recovery (K with synchronous writes);
-- ``stateless``: every buffered update was applied exactly once (the updates
-  handed over equal the updates replayed);
-- ``accuracy``: for the modes that keep the PS state, the final accuracy is at
-  least the accuracy they promise to keep minus ``--tolerance`` (default 0.05):
-  chain, the last accuracy measured before the first kill; checkpoint, the last
-  one measured at or before the step it resumed from (it promises the
-  checkpoint's state, not the steps after it). ``stateless`` changes the model
-  by replaying (the study's point) and ``none`` ends the run, so neither
-  promises it.
+- lost steps: no recovery lost more PS versions than the mode promises
+  (``RecoveryMode.lost_steps_bound`` in ``psmodes/modes/``): chain 0 with
+  ``--replicate-every 1`` (strict), 2K-1 with K > 1 (the head ships every K-th
+  version without waiting, so the newest one may still be in flight when it
+  dies); checkpoint 2K (K with synchronous writes); hybrid and stateless 0;
+- hand-over: every buffered update was applied exactly once (the updates
+  handed over equal the updates replayed; stateless);
+- ``accuracy``: for the modes that keep the PS state (every mode that survives
+  a PS death without training through it), the final accuracy is at least the
+  accuracy they promise to keep minus ``--tolerance`` (default 0.05): the last
+  one measured at or before the step the recovery resumed from (the first
+  recovery's lost steps before the kill). ``stateless`` changes the model by
+  replaying (the study's point) and ``none`` ends the run, so neither promises it.
 
 It prints one row per mode: trials, kills, survived (completed), invariant
 violations (must be 0), slowest recovery; then every violation. Exit status 1
@@ -50,7 +49,7 @@ from pathlib import Path
 import psutil
 
 from psmodes.atomic import write_text_atomic
-from psmodes.config import MODES, REPLAY_POLICIES, ConfigError, RunConfig
+from psmodes.config import MODES, ConfigError, RunConfig
 
 from ..analysis.lazy import frame
 from ..driver.kills import parse_kills
@@ -58,8 +57,6 @@ from ..driver.options import add_option, run_options
 from ..driver.runner import INTERRUPTED, run_job
 
 ACCURACY_TOLERANCE = 0.05
-KEEPS_STATE = ("checkpoint", "chain")
-  # modes whose accuracy after recovery must match before the kill
 
 
 def add_chaos_parser(sub) -> None:
@@ -127,21 +124,7 @@ def _draw(cfg: RunConfig, rng: random.Random, duration: float, max_kills: int) -
     specs = [f"{t}s" for t in times]
     if n >= 2 and rng.random() < 0.25:  # the second kill right after the first: before it was detected
         specs[1] = f"+{rng.randint(0, 50)}ms"
-    if cfg.mode == "chain":
-        cfg.replicas = rng.choice([1, 2, 2])
-        cfg.replicate_every = rng.choice([1, 1, 1, 5])
-        for spec in specs:
-            if not spec.startswith("+") and rng.random() < 0.3:
-                cfg.kill_replica.append(spec)
-            else:
-                cfg.kill_ps.append(spec)
-    else:
-        cfg.kill_ps = specs
-    if cfg.mode == "checkpoint":
-        cfg.checkpoint_every = rng.choice([10, 20, 50])
-        cfg.checkpoint_sync = rng.random() < 0.3
-    if cfg.mode == "stateless":
-        cfg.replay = rng.choice(REPLAY_POLICIES)
+    cfg.recovery_mode.chaos_draw(cfg, rng, specs)  # the mode's options, and which role each kill aims at
 
 
 def _validate(cfg: RunConfig) -> None:
@@ -185,27 +168,22 @@ def check_trial(cfg: RunConfig, summary: dict | None, wall_s: float,
         except ckpt.CheckpointError as exc:
             bad.append(f"checkpoints: {exc}")
     recs = summary.get("recoveries") or []
-    if cfg.mode == "chain":
-        bound = 0 if cfg.replicate_every == 1 else 2 * cfg.replicate_every - 1
-        for r in recs:
-            if r["lost_steps"] > bound:
-                bad.append(f"chain: recovery after kill {r['kill']} lost {r['lost_steps']} steps "
-                           f"(--replicate-every {cfg.replicate_every} allows {bound})")
-    if cfg.mode == "checkpoint":
-        bound = cfg.checkpoint_every * (1 if cfg.checkpoint_sync else 2)
-        for r in recs:
-            if r["lost_steps"] > bound:
-                bad.append(f"checkpoint: recovery after kill {r['kill']} lost {r['lost_steps']} steps "
-                           f"(K={cfg.checkpoint_every}{', sync' if cfg.checkpoint_sync else ''} allows {bound})")
-    if cfg.mode == "stateless" and summary.get("buffered_sent") != summary.get("buffered_applied"):
-        bad.append(f"stateless: {summary.get('buffered_sent')} buffered updates handed over, "
+    mode = cfg.recovery_mode
+    bound = mode.lost_steps_bound(cfg)  # the mode's promise (psmodes/modes/)
+    for r in recs if bound is not None else []:
+        if r["lost_steps"] > bound:
+            bad.append(f"{cfg.mode}: recovery after kill {r['kill']} lost {r['lost_steps']} steps "
+                       f"({mode.describe(cfg)} allows {bound})")
+    if summary.get("buffered_sent") != summary.get("buffered_applied"):  # a hand-over (stateless), exactly once
+        bad.append(f"{cfg.mode}: {summary.get('buffered_sent')} buffered updates handed over, "
                    f"{summary.get('buffered_applied')} applied")
-    if cfg.mode in KEEPS_STATE and summary.get("completed"):
-        lost = recs[0]["lost_steps"] if cfg.mode == "checkpoint" and recs else 0
+    if mode.survives_ps_death and not mode.trains_through_outage and summary.get("completed"):
+        # a mode that keeps the state: accuracy after recovery matches what it resumed from
+        lost = max([r["lost_steps"] for r in recs[:1]], default=0)
         before = accuracy_before_first_kill(summary, lost)
         final = summary.get("final_accuracy")
         if before is not None and final is not None and final < before - tolerance:
-            what = "before the first kill" if not lost else f"at the resumed checkpoint ({lost} steps before the kill)"
+            what = "before the first kill" if not lost else f"at the state it resumed from ({lost} steps before the kill)"
             bad.append(f"accuracy: {final:.3f} at the end, {before:.3f} {what} (tolerance {tolerance})")
     return bad
 
@@ -281,7 +259,7 @@ def cmd_chaos(a: argparse.Namespace) -> int:
                "completed": bool(summary.get("completed")), "exit_reason": summary.get("exit_reason"),
                "recovery_s": max([r["recovery_s"] for r in summary.get("recoveries") or []], default=None),
                "lost_steps": [r["lost_steps"] for r in summary.get("recoveries") or []],
-               "params": _params(cfg), "wall_s": round(wall, 1), "violations": bad}
+               "params": cfg.recovery_mode.describe(cfg), "wall_s": round(wall, 1), "violations": bad}
         results.append(row)
         if not a.quiet:
             kills = ", ".join(cfg.kill_ps + [f"replica:{k}" for k in cfg.kill_replica])
@@ -296,16 +274,6 @@ def cmd_chaos(a: argparse.Namespace) -> int:
         print(f"VIOLATION {mode}/{trial}: {v}")
     print(f"trials: {out}")
     return 1 if violations else (130 if interrupted else 0)
-
-
-def _params(cfg: RunConfig) -> str:
-    if cfg.mode == "chain":
-        return f"replicas {cfg.replicas}, replicate-every {cfg.replicate_every}"
-    if cfg.mode == "checkpoint":
-        return f"checkpoint-every {cfg.checkpoint_every}{' sync' if cfg.checkpoint_sync else ''}"
-    if cfg.mode == "stateless":
-        return f"replay {cfg.replay}"
-    return "-"
 
 
 def table(results: list[dict]) -> str:

@@ -65,7 +65,7 @@ THROUGHPUT = [
     ("stateless", {"mode": "stateless"}),
 ]
 QUICK_VARIANTS = ("none", "checkpoint K=10", "chain K=1 R=1", "stateless")
-FAILURE_MODES = ("checkpoint", "chain", "stateless")
+FAILURE_MODES = {"checkpoint": {}, "chain": {"replicas": 2}, "stateless": {}}  # mode -> its options
 MEMORY_POLICIES = ("paper", "mean", "sequential", "staleness")
 SECTIONS = ("throughput", "failures", "scaling", "memory")
 PAUSE_S = 3.0
@@ -258,8 +258,7 @@ class Perf:
     def failures(self) -> None:
         p = self.plan
         times = [round(5 + i * p.kill_gap_s, 1) for i in range(p.kills)]
-        for mode in FAILURE_MODES:
-            extra = {"replicas": 2} if mode == "chain" else {}
+        for mode, extra in FAILURE_MODES.items():
             cfg = self.base(mode=mode, seed=0, duration_s=times[-1] + p.kill_gap_s, restart_delay_s=0.0,
                             kill_ps=[f"{t}s" for t in times], **extra)
             s = self.run(cfg, f"failures-{mode}")

@@ -1,0 +1,121 @@
+"""``--mode chain``: chain replication of the PS state, head -> replica 1 -> ... -> tail.
+
+Every ``--replicate-every`` K updates the head (the PS, rank 0) posts its packed state
+(weights and optimizer state) to the first replica, each replica forwards it
+(:mod:`psmodes.replica`), and with K=1 the tail acknowledges before the head answers
+the workers: strict, no acknowledged update is ever lost. With K > 1 the head does not
+wait: it ships every K-th version and waits for that send only when it ships the next,
+so a kill can catch the newest state in flight and at most 2K-1 versions are lost.
+
+When the head dies the first surviving replica is promoted in the shrink
+(:meth:`psmodes.cluster.Cluster.shrink`) and runs on as the PS with its state; a new
+tail is spawned after ``--restart-delay`` and gets the whole state at once.
+
+The runtime modules (mpi4py through :mod:`psmodes.transport`) are imported inside the
+hooks: the launcher imports this module for the promise alone.
+"""
+from __future__ import annotations
+
+from .base import RecoveryMode
+
+
+class ChainReplication(RecoveryMode):
+    name = "chain"
+    summary = "chain replication every K updates; a replica takes over as head"
+    replacement_starts_from = "the promoted replica's copy of the state"
+    options = ("replicas", "replicate_every")
+
+    def lost_steps_bound(self, cfg) -> int:
+        return 0 if cfg.replicate_every == 1 else 2 * cfg.replicate_every - 1
+
+    def replicas(self, cfg) -> int:
+        return cfg.replicas
+
+    def validate(self, cfg) -> None:
+        from ..errors import positive_int
+
+        positive_int(cfg.replicas, "--replicas")
+
+    def describe(self, cfg) -> str:
+        return f"chain K={cfg.replicate_every} R={cfg.replicas}"
+
+    def chaos_draw(self, cfg, rng, specs: list[str]) -> None:
+        cfg.replicas = rng.choice([1, 2, 2])
+        cfg.replicate_every = rng.choice([1, 1, 1, 5])
+        for spec in specs:
+            if not spec.startswith("+") and rng.random() < 0.3:
+                cfg.kill_replica.append(spec)
+            else:
+                cfg.kill_ps.append(spec)
+
+    def on_shrink(self, cluster, dead: list) -> None:
+        from ..errors import RunFailed
+
+        if not any(r.kind == "ps" for r in cluster.roles):
+            # the head and every replica died before a new tail joined: no copy of the state survives
+            raise RunFailed(f"chain: the head and all replicas died ({', '.join(r.label for r in dead)}); "
+                            "no copy of the PS state survives")
+
+    # ---- PS side
+    def ps_setup(self, server) -> None:
+        import torch
+
+        from .. import transport as tp
+
+        server.repl_sends = tp.PostedSends()
+        server.repl_buf = torch.zeros(server.opt.state_numel)
+
+    def ps_after_update(self, server) -> None:
+        k = server.ctx.cfg.replicate_every
+        if server.opt.version % k == 0:
+            replicate(server, wait_ack=k == 1)
+
+    def ps_after_respawn(self, server):
+        return lambda: replicate(server, wait_ack=True)  # the new tail gets the whole state at once
+
+    def ps_finish(self, server) -> None:
+        from .. import transport as tp
+        from ..messages import Stop
+
+        ctx, c = server.ctx, server.ctx.cluster
+        if not c.replicas:
+            return
+        tp.wait(server.repl_sends.on(c.world), ctx.peer_timeout, "previous replication", watch=ctx.death_watch())
+        tp.send(c.world, Stop(server.opt.version), None, c.replicas[0], tp.TAG_CHAIN, ctx.peer_timeout,
+                "stop the chain", watch=ctx.death_watch())
+
+
+def replicate(server, wait_ack: bool, ack: bool | None = None) -> None:
+    """Send the head's state down the chain (strict: and wait for the tail's ACK; ``ack``: the
+    tail acknowledges, by default when the head waits for it).
+
+    Every wait here also watches for a respawn announcement (``ctx.idle``): under
+    ``--consistency async`` the leader announces at any time, also while the head is
+    replicating, and a replica that notices it first goes into the collective spawn
+    without posting the receive for this state; a head that only waited for the send
+    (or the ACK) then waited for a replica that waits for it in the spawn, until the
+    peer timeout. The head joins the spawn too, and after it sends the whole state again
+    (``ps_after_respawn``)."""
+    from mpi4py import MPI
+
+    from .. import killpoints
+    from .. import transport as tp
+    from ..errors import RunFailed
+    from ..messages import Ack, State
+
+    ctx, c, opt = server.ctx, server.ctx.cluster, server.opt
+    if not c.replicas:
+        return
+    tp.wait(server.repl_sends.on(c.world), ctx.peer_timeout, "previous replication", on_idle=ctx.idle,
+            watch=ctx.death_watch())
+    opt.pack(server.repl_buf)
+    state = State(opt.version, wait_ack if ack is None else ack, server.t0_ms)
+    server.repl_sends.post(c.world, tp.isend(c.world, state, server.repl_buf.numpy(), c.replicas[0], tp.TAG_CHAIN))
+    killpoints.reached("chain_forward", ctx, version=opt.version)
+    if wait_ack:
+        tp.wait(server.repl_sends.on(c.world), ctx.peer_timeout, "replicate to the chain", on_idle=ctx.idle,
+                watch=ctx.death_watch())
+        ack, _ = tp.recv(c.world, MPI.ANY_SOURCE, tp.TAG_ACK, ctx.peer_timeout, "tail acknowledges", Ack,
+                         on_idle=ctx.idle)
+        if ack.version != opt.version:
+            raise RunFailed(f"tail acknowledged version {ack.version}, head is at {opt.version}")
