@@ -48,6 +48,7 @@ class Ev(StrEnum):
     STEP = "step"                      # version, applied, samples, compute_s, loss, (async) staleness
     CONNECTED = "connected"            # version, generation: (re)connected to a PS
     HANDOVER = "handover"              # stateless: buffered, dropped, policy, vectors, seconds
+    CATCH_UP = "catch_up"              # hybrid: the leader's kept gradients sent to a promoted head: vectors, seconds
     RECOVERED = "recovered"            # the outage (psmodes.outage.Outage.recovered)
     # the evaluator
     EVAL = "eval"                      # ps_step, accuracy, final, t_snapshot, samples, eval_s

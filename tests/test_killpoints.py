@@ -5,8 +5,8 @@ The PS stops itself at the point (``--kill-ps point:NAME``: the launcher exports
 ``PSBENCH_KILL_POINT``; psmodes/killpoints.py records a ``killpoint`` event and
 SIGSTOPs the process) and the launcher SIGKILLs it there: no sleeping and
 hoping. Every case checks the mode's promise: the run completes, no recovery
-loses more steps than the mode's ``lost_steps_bound`` (strict chain none,
-checkpoint 2K), every checkpoint on disk loads, stateless applies every
+loses more steps than the mode's ``lost_steps_bound`` (strict chain and hybrid
+none, checkpoint 2K), every checkpoint on disk loads, stateless applies every
 buffered update exactly once.
 
 (a) apply (b) send_weights (c) checkpoint_write (d) chain_forward (e) replay
@@ -32,6 +32,7 @@ MODE_ARGS = {
     "checkpoint": ["--mode", "checkpoint", "--checkpoint-every", str(K)],
     "chain": ["--mode", "chain", "--replicas", "2", "--replicate-every", "1"],
     "stateless": ["--mode", "stateless", "--replay", "sequential"],
+    "hybrid": ["--mode", "hybrid", "--replicas", "2", "--replicate-every", str(K)],
 }
 
 # (mode, case id, extra arguments, number of kills)
@@ -62,6 +63,11 @@ CASES = [
     # the leader keeps its buffer and the next replacement replays all of it (found by psbench chaos)
     ("stateless", "f-answer", ["--kill-ps", "point:apply@100,point:send_weights@101"], 2),
     ("stateless", "g-replacement_at_once", ["--kill-ps", "point:apply@100,+0"], 2),
+    # hybrid: the promoted replica holds version 100 - (100 % K) at most; it catches up from the leader
+    ("hybrid", "a-apply", ["--kill-ps", "point:apply@110"], 1),
+    ("hybrid", "b-send_weights", ["--kill-ps", "point:send_weights@110"], 1),
+    # the promoted head killed as soon as it registers: the next replica catches up from the same backup
+    ("hybrid", "g-promoted_head_at_once", ["--kill-ps", "point:apply@110,+0"], 2),
 ]
 ASYNC_CASES = [
     ("checkpoint", "b-send_weights", ["--kill-ps", "point:send_weights@100"], 1),
@@ -132,6 +138,8 @@ def test_kill_point(tmp_path, mode, case, args, n_kills):
         assert [e["point"] for e in events(out, "killpoint")] == ["apply", "send_weights"]
     if case.startswith("f-") or case == "g-replacement_at_once":
         assert kills_generation(s)[1] >= 1 or mode == "chain", s["kills"]
+    if mode == "hybrid":  # the promoted replica was behind the workers and caught up from the leader
+        assert any(h.get("caught_up") for h in events(out, "hello")), events(out, "hello")
     if case == "g-head_and_tail_10ms":
         # both dead before the survivors had seen the first death: one detection, one repair
         gap = s["kills"][1]["t_s"] - s["kills"][0]["t_s"]

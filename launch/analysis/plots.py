@@ -13,7 +13,8 @@ import numpy as np
 from .lazy import pyplot
 from .stats import t_quantile
 
-MODE_COLORS = {"none": "#444444", "checkpoint": "#1f77b4", "chain": "#ff7f0e", "stateless": "#2ca02c"}
+MODE_COLORS = {"none": "#444444", "checkpoint": "#1f77b4", "chain": "#ff7f0e", "stateless": "#2ca02c",
+               "hybrid": "#9467bd"}
 EXTRA_COLORS = ["#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"]
 
 

@@ -63,9 +63,11 @@ THROUGHPUT = [
     ("chain K=100 R=1", {"mode": "chain", "replicate_every": 100, "replicas": 1}),
     ("chain K=100 R=2", {"mode": "chain", "replicate_every": 100, "replicas": 2}),
     ("stateless", {"mode": "stateless"}),
+    ("hybrid K=100 R=1", {"mode": "hybrid", "replicate_every": 100, "replicas": 1}),
 ]
 QUICK_VARIANTS = ("none", "checkpoint K=10", "chain K=1 R=1", "stateless")
-FAILURE_MODES = {"checkpoint": {}, "chain": {"replicas": 2}, "stateless": {}}  # mode -> its options
+FAILURE_MODES = {"checkpoint": {}, "chain": {"replicas": 2}, "stateless": {},  # mode -> its options
+                 "hybrid": {"replicas": 2, "replicate_every": 100}}
 MEMORY_POLICIES = ("paper", "mean", "sequential", "staleness")
 SECTIONS = ("throughput", "failures", "scaling", "memory")
 PAUSE_S = 3.0

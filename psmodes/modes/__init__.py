@@ -10,6 +10,7 @@ from __future__ import annotations
 from .base import RecoveryMode
 from .chain import ChainReplication
 from .checkpoint import CheckpointRecovery
+from .hybrid import Hybrid
 from .none import NoRecovery
 from .stateless import Stateless
 
@@ -18,6 +19,7 @@ REGISTRY: dict[str, RecoveryMode] = {m.name: m for m in (
     CheckpointRecovery(),
     ChainReplication(),
     Stateless(),
+    Hybrid(),
 )}
 NAMES = tuple(REGISTRY)
 
