@@ -114,6 +114,20 @@ class RecoveryMode:
         """Send what :meth:`handover` returned, after the Hello; the seconds it took."""
         raise NotImplementedError(f"mode {self.name} has no hand-over")
 
+    @staticmethod
+    def send_to_ps(worker, arrays: list, what: str) -> float:
+        """Post every array to the PS on the hand-over tag, wait for them all; the seconds it took.
+        (Posted together: the PS receives them in order, while the worker waits for none alone.)"""
+        import time
+
+        from .. import transport as tp
+
+        c, ctx = worker.ctx.cluster, worker.ctx
+        t0 = time.perf_counter()
+        reqs = [c.world.Isend(a, c.ps, tp.TAG_HANDOVER) for a in arrays]
+        tp.wait(reqs, ctx.peer_timeout, what, watch=ctx.death_watch())
+        return time.perf_counter() - t0
+
     def handed_over(self, worker, n_vectors: int, seconds: float) -> None:
         """The replacement answered the Hello that carried the hand-over."""
         raise NotImplementedError(f"mode {self.name} has no hand-over")

@@ -119,15 +119,7 @@ class Hybrid(ChainReplication):
         return 0, backup.vectors(upto=worker.version)
 
     def send_handover(self, worker, vectors: list) -> float:
-        import time
-
-        from .. import transport as tp
-
-        c, ctx = worker.ctx.cluster, worker.ctx
-        t0 = time.perf_counter()
-        reqs = [c.world.Isend(v.numpy(), c.ps, tp.TAG_HANDOVER) for v in vectors]
-        tp.wait(reqs, ctx.peer_timeout, "catch-up to the new head", watch=ctx.death_watch())
-        return time.perf_counter() - t0
+        return self.send_to_ps(worker, [v.numpy() for v in vectors], "catch-up to the new head")
 
     def handed_over(self, worker, n_vectors: int, seconds: float) -> None:
         from ..events import Ev

@@ -92,17 +92,9 @@ class Stateless(RecoveryMode):
         return None
 
     def send_handover(self, worker, vectors: list) -> float:
-        import time
-
-        from .. import transport as tp
-
-        c, ctx = worker.ctx.cluster, worker.ctx
-        t0 = time.perf_counter()
         # the frozen last weights, or (local) the worker's stepped copy: both are weights_in
-        reqs = [c.world.Isend(worker.weights_in, c.ps, tp.TAG_HANDOVER)]
-        reqs += [c.world.Isend(v.numpy(), c.ps, tp.TAG_HANDOVER) for v in vectors]
-        tp.wait(reqs, ctx.peer_timeout, "hand-over to the replacement PS", watch=ctx.death_watch())
-        return time.perf_counter() - t0
+        return self.send_to_ps(worker, [worker.weights_in, *(v.numpy() for v in vectors)],
+                               "hand-over to the replacement PS")
 
     def handed_over(self, worker, n_vectors: int, seconds: float) -> None:
         """The replacement answered, so it applied the buffer. Until then the buffer is kept, so a
