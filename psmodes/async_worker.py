@@ -31,6 +31,7 @@ from .events import Ev
 from .flatparams import digest
 from .messages import DONE, FAILED, POLICY_CODES, RUNNING, Answer, Grad, Hello
 from .outage import Outage
+from .suspicion import Suspicion
 from .worker import Worker
 
 
@@ -44,7 +45,8 @@ class AsyncWorker(Worker):
             self._guarded(self._iteration)
         self._join_repair()
         self._end_pending_repair()
-        ctx.log.emit(Ev.DONE, completed=self.state == DONE, version=self.version)
+        ctx.log.emit(Ev.DONE, completed=self.state == DONE, version=self.version,
+                     slowest_answer_s=round(self.slowest_answer_s, 4))
 
     def _guarded(self, step) -> None:
         """One piece of work; a detected death or an announced respawn is handled here,
@@ -83,15 +85,18 @@ class AsyncWorker(Worker):
         t_send = time.time()
         try:
             # polls for a respawn announcement too: the PS may be in the spawn, not receiving
+            # a PS that answers in milliseconds and has not for --suspect-after is hung (psmodes.suspicion)
+            suspect = Suspicion(ctx, c.ps, f"the PS's answer to worker{self.index}")
             tp.send(c.world, Grad(base, worker=self.index), self.grad_host.numpy(), c.ps,
                     tp.TAG_TO_PS, ctx.peer_timeout, "worker sends gradient", on_idle=ctx.idle,
-                    watch=ctx.death_watch())
+                    watch=ctx.death_watch(), suspect=suspect)
             self.pending = True
-            answer = self._receive_weights(ctx.peer_timeout, "worker waits for weights")
+            answer = self._receive_weights(ctx.peer_timeout, "worker waits for weights", suspect)
         except tp.PeerFailed as exc:
             self._ps_lost(exc, t_send)
             return
         self.pending = False
+        self.slowest_answer_s = max(self.slowest_answer_s, suspect.elapsed())
         applied = answer.applied
         staleness = answer.staleness if applied else None
         extra = {"applied_as": answer.applied_as} if applied else {}
@@ -104,10 +109,11 @@ class AsyncWorker(Worker):
         if answer.stop:
             self.state = DONE
 
-    def _receive_weights(self, timeout: float, what: str) -> Answer:
+    def _receive_weights(self, timeout: float, what: str, suspect=None) -> Answer:
         c = self.ctx.cluster
-        answer, _ = tp.recv(c.world, MPI.ANY_SOURCE, tp.TAG_FROM_PS, timeout, what, Answer, on_idle=self.ctx.idle)
-        self._recv_weights()
+        answer, _ = tp.recv(c.world, MPI.ANY_SOURCE, tp.TAG_FROM_PS, timeout, what, Answer, on_idle=self.ctx.idle,
+                            suspect=suspect)
+        self._recv_weights(suspect)
         self.version, self.t0_ms = answer.version, answer.t0_ms
         self.flat.weights.copy_(torch.from_numpy(self.weights_in))
         return answer

@@ -38,7 +38,7 @@ CONSISTENCY = ("sync", "async", "bounded:S")
 RECOVERY = ("ulfm", "job-restart")
 LAUNCHERS = ("mpirun", "horovodrun")
 KILL_VIA = ("auto", "local", "ssh", "srun")
-GROUPS = ("workload", "consistency", "recovery", "execution", "clusters")  # of `psbench run --help`, in order
+GROUPS = ("workload", "consistency", "recovery", "faults", "execution", "clusters")  # of `psbench run --help`, in order
 
 
 def read_user_file(path, what: str, missing: str) -> str:
@@ -171,6 +171,11 @@ def whole_number(value, flag: str) -> None:
         raise ConfigError(f"{flag} must be a whole number >= 0, got {value!r}")
 
 
+def at_least_one(value, flag: str) -> None:
+    if not value >= 1:
+        raise ConfigError(f"{flag} must be at least 1, got {value}")
+
+
 def non_negative(value, flag: str) -> None:
     if value < 0:
         raise ConfigError(f"{flag} must be >= 0, got {value}")
@@ -262,12 +267,25 @@ class RunConfig:
     max_buffered: int = option(256, "--max-buffered", "stateless, replay sequential or staleness: gradients kept "
                                "while the PS is down (each one model-sized; later ones are counted as dropped)",
                                group="recovery", check=positive_int)
-    kill_ps: list[str] = option([], "--kill-ps", "SIGKILL the PS at a time since training started (20s) or a PS "
-                                "step (step:800)", group="recovery", metavar="AT[,AT...]")
-    kill_replica: list[str] = option([], "--kill-replica", "chain, hybrid: SIGKILL the tail replica", group="recovery",
+    # faults the launcher injects (launch/driver/faults.py); AT as for --kill-ps
+    kill_ps: list[str] = option([], "--kill-ps", "SIGKILL the PS at a time since training started (20s), a share "
+                                "of --duration (33%%) or a PS step (step:800)", group="faults", metavar="AT[,AT...]")
+    kill_replica: list[str] = option([], "--kill-replica", "chain, hybrid: SIGKILL the tail replica", group="faults",
                                      metavar="AT[,AT...]")
     kill_worker: list[str] = option([], "--kill-worker", "SIGKILL the last worker (the worker group is fixed: the "
-                                    "run ends cleanly)", group="recovery", metavar="AT")
+                                    "run ends cleanly)", group="faults", metavar="AT")
+    hang_ps: list[str] = option([], "--hang-ps", "SIGSTOP the PS at AT (a hung server); ~DUR: SIGCONT it DUR later "
+                                "(a pause that ends), e.g. 30%%~2s", group="faults", metavar="AT[~DUR][,...]")
+    hang_replica: list[str] = option([], "--hang-replica", "chain, hybrid: SIGSTOP the tail replica, like --hang-ps",
+                                     group="faults", metavar="AT[~DUR][,...]")
+    slow_ps: list[str] = option([], "--slow-ps", "slow the PS down by --slow-factor for DUR from AT (stopped and "
+                                "continued on a duty cycle), e.g. 30%%~10s", group="faults", metavar="AT~DUR[,...]")
+    slow_factor: float = option(4.0, "--slow-factor", "--slow-ps: the PS runs 1/FACTOR of the time", group="faults",
+                                type=float, check=at_least_one)
+    suspect_after_s: float = option(3.0, "--suspect-after", "a PS or replica that has not answered a wait that "
+                                    "normally takes milliseconds for this long is suspected, fenced (SIGKILLed) and "
+                                    "replaced; 0: off (only --peer-timeout ends a hang)", group="faults",
+                                    parse=duration_or_zero, check=non_negative)
     # execution and safety nets
     peer_timeout_s: float = option(60.0, "--peer-timeout", "longest wait on a live peer before declaring a hang",
                                    group="execution", parse=duration)
@@ -355,8 +373,9 @@ class RunConfig:
         if self.deadline_s:
             return self.deadline_s
         base = self.duration_s if self.duration_s else max(60.0, (self.steps or 0) * 0.2)
-        kills = len(self.kill_ps) + len(self.kill_replica) + len(self.kill_worker)
-        return base * 2 + 120 + kills * (self.restart_delay_s + 30)
+        faults = sum(len(v) for v in (self.kill_ps, self.kill_replica, self.kill_worker, self.hang_ps,
+                                      self.hang_replica, self.slow_ps))
+        return base * 2 + 120 + faults * (self.restart_delay_s + 30)
 
     # ---- validation
     def validate(self) -> "RunConfig":
@@ -374,6 +393,8 @@ class RunConfig:
         mode.validate(self)
         if self.kill_replica and not self.n_replicas:
             raise ConfigError("--kill-replica needs --mode chain or hybrid (only they have replicas)")
+        if self.hang_replica and not self.n_replicas:
+            raise ConfigError("--hang-replica needs --mode chain or hybrid (only they have replicas)")
         if self.recovery == "job-restart" and not mode.supports_job_restart:
             raise ConfigError(f"--recovery job-restart needs --mode checkpoint (the restarted job resumes from "
                               f"the newest checkpoint), not --mode {self.mode}")

@@ -10,12 +10,9 @@ polls, which is where a pending announcement is noticed.
 """
 from __future__ import annotations
 
-import json
 import os
-import socket
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -24,7 +21,6 @@ from mpi4py import MPI
 from benchmarks.registry import get as get_workload
 
 from . import killpoints, modes, transport
-from .atomic import write_text_atomic
 from .cluster import Cluster, full_layout
 from .config import RunConfig
 from .errors import RunFailed
@@ -299,16 +295,6 @@ def build_flat(ctx: Context) -> FlatParams:
     """The workload's model as flat weights, initialised from the run's seed (the same everywhere)."""
     torch.manual_seed(ctx.cfg.seed)
     return FlatParams(ctx.workload.build_model(ctx.cfg))
-
-
-def write_pid_file(ctx: Context, role: str) -> None:
-    """The launcher's fault injector finds whoever holds ``role`` now (the PS, a replica, a worker) here."""
-    folder = Path(ctx.cfg.run_dir) / "pids"
-    folder.mkdir(exist_ok=True)
-    info = {"pid": os.getpid(), "host": socket.gethostname(), "rank": ctx.cluster.rank, "role": role,
-            "generation": ctx.cluster.generation, "t": time.time()}
-    write_text_atomic(folder / f"{role}.json", json.dumps(info) + "\n")
-    ctx.log.emit(Ev.ROLE, **info)
 
 
 def pick_device(cfg: RunConfig) -> torch.device:

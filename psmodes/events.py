@@ -31,6 +31,7 @@ class Ev(StrEnum):
     RESPAWNED = "respawned"            # spawned, seconds, attempts, generation
     SPAWN_FAILED = "spawn_failed"      # attempt, error, spawning
     KILLPOINT = "killpoint"            # point, pid, host: stopped itself for the injector (tests)
+    SUSPECT = "suspect"                # role, pid, host, what, waited_s, t_suspect: a peer past --suspect-after
     # the PS
     TRAIN_START = "train_start"        # t0_ms: the run's clock starts at the first contact
     UPDATE = "update"                  # version, every 10th update
@@ -55,6 +56,10 @@ class Ev(StrEnum):
     # the launcher
     LAUNCH = "launch"                  # the mpirun command and its start
     KILL = "kill"                      # a fault sent: target role, pid, host, t_s
+    HANG = "hang"                      # SIGSTOP sent: role, pid, host, at, for_s (None: until fenced)
+    CONTINUED = "continued"            # the SIGCONT that ended a hang (or a slow phase)
+    SLOW = "slow"                      # a slow phase began: role, pid, host, for_s, factor
+    FENCE = "fence"                    # a suspect SIGKILLed: pid, host, role, how (launcher or self), suspect
     KILL_FAILED = "kill_failed"        # a kill that could not be sent
     KILL_NOT_REACHED = "kill_not_reached"  # a scheduled kill whose time or step never came
     CRASH = "crash"                    # a rank's crash report read from mpirun.log

@@ -18,7 +18,8 @@ from mpi4py import MPI
 
 from . import killpoints, transport as tp
 from .consistency import make_server
-from .context import Context, RunFailed, build_flat, write_pid_file
+from .context import Context, RunFailed, build_flat
+from .pidfiles import write_pid_file
 from .events import Ev
 from .messages import Ack, State, Stop
 from .sgd import FlatSGD

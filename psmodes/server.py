@@ -24,7 +24,8 @@ import torch
 from mpi4py import MPI
 
 from . import killpoints, transport as tp
-from .context import Context, RunFailed, build_flat, write_pid_file
+from .context import Context, RunFailed, build_flat
+from .pidfiles import write_pid_file
 from .events import Ev
 from .flatparams import digest
 from .messages import Answer, Grad, Hello, Ready, Snapshot

@@ -57,7 +57,7 @@ def classify(exc: MPI.Exception, what: str) -> Exception:
 
 
 def wait(reqs, timeout: float, what: str, poll: float = 0.001, on_idle=None, status=None,
-         watch: MPI.Request | None = None) -> None:
+         watch: MPI.Request | None = None, suspect=None) -> None:
     """Wait for one request or a list of them, or raise PeerFailed / PeerTimeout.
 
     Polls with a sleep that doubles from 20 us up to ``poll`` seconds: a long wait costs
@@ -67,7 +67,9 @@ def wait(reqs, timeout: float, what: str, poll: float = 0.001, on_idle=None, sta
     ``on_idle`` is called between polls (the PS serves the evaluator there);
     ``status`` (single request only) receives the completed request's status;
     ``watch``: a :class:`DeathWatch` request, tested between polls, so that a wait on one live
-    peer (a send, a payload) fails as soon as any member of the communicator died."""
+    peer (a send, a payload) fails as soon as any member of the communicator died;
+    ``suspect``: a :class:`psmodes.suspicion.Suspicion`, checked between polls (a peer that
+    should answer in milliseconds and has not for ``--suspect-after`` is fenced)."""
     if isinstance(reqs, MPI.Request):
         reqs = [reqs]
     deadline = time.monotonic() + timeout
@@ -86,6 +88,8 @@ def wait(reqs, timeout: float, what: str, poll: float = 0.001, on_idle=None, sta
             raise PeerTimeout(f"{what}: no answer in {timeout:.0f} s")
         if on_idle is not None:
             on_idle()
+        if suspect is not None:
+            suspect.check()
         time.sleep(sleep)
         sleep = min(sleep * 2, poll)
 
@@ -107,8 +111,8 @@ def call(fn, what: str, *args, **kwargs):
 
 
 def send(comm: MPI.Comm, msg: Message, payload: np.ndarray | None, dest: int, tag: int,
-         timeout: float, what: str, on_idle=None, watch: MPI.Request | None = None) -> None:
-    wait(isend(comm, msg, payload, dest, tag), timeout, what, on_idle=on_idle, watch=watch)
+         timeout: float, what: str, on_idle=None, watch: MPI.Request | None = None, suspect=None) -> None:
+    wait(isend(comm, msg, payload, dest, tag), timeout, what, on_idle=on_idle, watch=watch, suspect=suspect)
 
 
 def isend(comm: MPI.Comm, msg: Message, payload: np.ndarray | None, dest: int, tag: int) -> list:
@@ -120,13 +124,13 @@ def isend(comm: MPI.Comm, msg: Message, payload: np.ndarray | None, dest: int, t
 
 
 def recv_header(comm: MPI.Comm, source: int, tag: int, timeout: float, what: str,
-                on_idle=None, poll: float = 0.001) -> tuple[np.ndarray, int]:
+                on_idle=None, poll: float = 0.001, suspect=None) -> tuple[np.ndarray, int]:
     """Receive one header; returns (header, source rank). ``poll``: see :func:`wait`."""
     hdr = np.empty(HEADER_LEN, dtype=np.int64)
     status = MPI.Status()
     req = comm.Irecv(hdr, source, tag)
     try:
-        wait(req, timeout, what, poll=poll, on_idle=on_idle, status=status)
+        wait(req, timeout, what, poll=poll, on_idle=on_idle, status=status, suspect=suspect)
     except BaseException:
         _cancel(req)
         raise
@@ -134,17 +138,17 @@ def recv_header(comm: MPI.Comm, source: int, tag: int, timeout: float, what: str
 
 
 def recv(comm: MPI.Comm, source: int, tag: int, timeout: float, what: str, *expected: type[Message],
-         on_idle=None, poll: float = 0.001) -> tuple[Message, int]:
+         on_idle=None, poll: float = 0.001, suspect=None) -> tuple[Message, int]:
     """Receive one message (one of ``expected``, if given); returns (message, source rank)."""
-    hdr, src = recv_header(comm, source, tag, timeout, what, on_idle=on_idle, poll=poll)
+    hdr, src = recv_header(comm, source, tag, timeout, what, on_idle=on_idle, poll=poll, suspect=suspect)
     return parse(hdr, *expected), src
 
 
 def recv_payload(comm: MPI.Comm, buf: np.ndarray, source: int, tag: int, timeout: float, what: str,
-                 on_idle=None, watch: MPI.Request | None = None) -> None:
+                 on_idle=None, watch: MPI.Request | None = None, suspect=None) -> None:
     req = comm.Irecv(buf, source, tag)
     try:
-        wait(req, timeout, what, on_idle=on_idle, watch=watch)
+        wait(req, timeout, what, on_idle=on_idle, watch=watch, suspect=suspect)
     except BaseException:
         _cancel(req)
         raise

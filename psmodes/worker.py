@@ -25,7 +25,9 @@ from benchmarks.registry import shard_batches
 
 from . import transport as tp
 from .allreduce import Allreducer
-from .context import Context, no_repair, write_pid_file
+from .context import Context, no_repair
+from .pidfiles import write_pid_file
+from .suspicion import Suspicion
 from .events import Ev
 from .flatparams import FlatParams, digest
 from .messages import (
@@ -56,6 +58,7 @@ class Worker:
         self.ctx = ctx
         self.mode = ctx.mode
         cfg = ctx.cfg
+        self.slowest_answer_s = 0.0  # the longest exchange with a live PS (sync: the leader's)
         self.index = ctx.cluster.me.index
         self.leader = self.index == 0
         self.comm = worker_comm
@@ -201,7 +204,7 @@ class Worker:
                 break
         self._end_pending_repair()
         log.emit(Ev.DONE, completed=self.ctrl.stop == DONE, version=self.ctrl.version,
-                 digest=digest(self.flat.weights))
+                 digest=digest(self.flat.weights), slowest_answer_s=round(self.slowest_answer_s, 4))
         self.allreducer.close()
 
     def _end_pending_repair(self) -> None:
@@ -285,27 +288,30 @@ class Worker:
         c, ctx = self.ctx.cluster, self.ctx
         # the watch: a PS that went into the repair after a death elsewhere (a chain replica) never
         # takes this gradient; the leader must notice that death too instead of waiting out the timeout
+        # a PS that answers in milliseconds and has not for --suspect-after is hung: fenced (psmodes.suspicion)
+        suspect = Suspicion(ctx, c.ps, "the PS's answer to the leader")
         tp.send(c.world, Grad(self.version), self.grad_host.numpy(), c.ps, tp.TAG_TO_PS,
-                ctx.peer_timeout, "leader sends gradient", watch=ctx.death_watch())
+                ctx.peer_timeout, "leader sends gradient", watch=ctx.death_watch(), suspect=suspect)
         self.pending = True
         answer, _ = tp.recv(c.world, MPI.ANY_SOURCE, tp.TAG_FROM_PS, ctx.peer_timeout, "leader waits for weights",
-                            Answer, poll=tp.SHORT_POLL)
+                            Answer, poll=tp.SHORT_POLL, suspect=suspect)
         if answer.weights:
-            self._recv_weights()
+            self._recv_weights(suspect)
             self.reply_weights = RECEIVE
         else:  # the PS only acknowledged: every worker applies the same update to its copy (_take_weights)
             self.reply_weights = APPLY
         self.pending = False
+        self.slowest_answer_s = max(self.slowest_answer_s, suspect.elapsed())  # what --suspect-after must exceed
         self.mode.after_answer(self, self.version, answer)
         self.version, self.t0_ms = answer.version, answer.t0_ms
         return answer.stop
 
-    def _recv_weights(self) -> None:
+    def _recv_weights(self, suspect=None) -> None:
         c = self.ctx.cluster
         # async: the PS may leave a payload unsent when it sees a respawn announcement (it sends the
         # whole state again after), so a worker waiting for one must notice the announcement too
         tp.recv_payload(c.world, self.recv_buf, c.ps, tp.TAG_FROM_PS, self.ctx.peer_timeout, "leader receives weights",
-                        on_idle=self.ctx.idle, watch=self.ctx.death_watch())
+                        on_idle=self.ctx.idle, watch=self.ctx.death_watch(), suspect=suspect)
         self.weights_in, self.recv_buf = self.recv_buf, self.weights_in
 
     def _ps_lost(self, exc: tp.PeerFailed, t_send: float, compute_s: float) -> None:

@@ -103,4 +103,4 @@ def test_async_two_kills(tmp_path, mode):
                     "--kill-ps", "4s,13s")
     assert len(s["kills"]) == 2 and s["completed"]
     # two outages, or one when the second kill hit the replacement before it took over (a loaded machine)
-    assert s["recoveries"] and s["recoveries"][-1]["kill"] == 1, s["recoveries"]
+    assert s["recoveries"] and s["recoveries"][-1]["fault"] == 1, s["recoveries"]

@@ -1,8 +1,9 @@
 """``report.md`` of a single run: what ran, what happened, the figures, and an
-accuracy-over-time plot with the kills marked. Tables are pandas + tabulate."""
+accuracy-over-time plot with the failures marked (kills, hangs, slow phases, unplanned). Tables are pandas + tabulate."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 from psmodes.atomic import write_text_atomic
@@ -18,16 +19,45 @@ def plot_timeline(summary: dict, path: Path) -> Path | None:
     t, _, acc = zip(*summary["accuracy_timeline"])
     fig, ax = plt.subplots(figsize=(6, 3.2), dpi=110)
     ax.plot(t, acc, marker=".", label=summary["mode"])
-    for k in summary["kills"]:
-        ax.axvline(k["t_s"], color="red", linestyle="--", linewidth=1)
+    mark_faults(ax, fault_list(summary))
     ax.set_xlabel("seconds since training started")
     ax.set_ylabel("test accuracy")
-    ax.set_title(f"{summary['benchmark']}, mode {summary['mode']}, seed {summary['seed']} (red: PS kills)")
+    ax.set_title(f"{summary['benchmark']}, mode {summary['mode']}, seed {summary['seed']}")
+    ax.legend(fontsize="small")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+FAULT_STYLE = {  # how each kind of failure is marked on a timeline
+    "kill": dict(color="red", linestyle="--", label="kill"),
+    "hang": dict(color="darkorange", linestyle="-.", label="hang"),
+    "slow": dict(color="goldenrod", linestyle=":", label="slow phase"),
+    "unplanned": dict(color="purple", linestyle=":", label="unplanned failure"),
+}
+
+
+def fault_list(summary: dict) -> list[dict]:
+    """The run's failures; a summary written before faults were recorded has only its kills."""
+    if "faults" in summary:
+        return summary["faults"]
+    return [{"kind": "kill", "planned": True, **k} for k in summary.get("kills") or []]
+
+
+def mark_faults(ax, faults: list[dict], labelled: set | None = None) -> None:
+    """A line at each failure (a span for a hang or slow phase that ended, or was fenced);
+    each kind labelled once in the legend."""
+    labelled = set() if labelled is None else labelled
+    for f in faults:
+        style = dict(FAULT_STYLE.get(f["kind"], FAULT_STYLE["unplanned"]))
+        label = style.pop("label")
+        ax.axvline(f["t_s"], linewidth=1, label=None if label in labelled else label, **style)
+        labelled.add(label)
+        end = f.get("ended_s") or f.get("fenced_s") or ((f["t_s"] + f["for_s"]) if f.get("for_s") else None)
+        if end is not None:
+            ax.axvspan(f["t_s"], end, color=style["color"], alpha=0.15, linewidth=0)
 
 
 def _placement(run_dir: Path) -> list[dict]:
@@ -37,6 +67,13 @@ def _placement(run_dir: Path) -> list[dict]:
     except (OSError, ValueError):
         return []
     return placement["ranks"] if placement.get("hosts") else []
+
+
+def _count_faults(faults: list[dict]) -> str:
+    planned = [f["kind"] for f in faults if f.get("planned", True)]
+    unplanned = sum(1 for f in faults if not f.get("planned", True))
+    kinds = ", ".join(f"{n} {k}" for k, n in sorted(Counter(planned).items()))
+    return f"{len(planned)}{f' ({kinds})' if kinds else ''} / {unplanned}"
 
 
 def write_run_report(run_dir: str | Path) -> Path:
@@ -58,13 +95,15 @@ def write_run_report(run_dir: str | Path) -> Path:
                                        else None),
         "training seconds": summary["train_s"],
         "kills": len(summary["kills"]),
+        "failures (planned / unplanned)": _count_faults(fault_list(summary)),
     }
     lines = [f"# psbench run: {summary['benchmark']}, mode {summary['mode']}", "",
              frame(list(figures.items()), columns=["figure", "value"]).to_markdown(index=False), ""]
     if plot:
         lines += [f"![accuracy over time]({plot.name})", ""]
     offsets = [{"host": h, **o} for h, o in (summary.get("clock_offsets") or {}).items()]
-    for title, rows in (("Kills", summary["kills"]), ("Detections", summary["detections"]),
+    for title, rows in (("Failures (injected, and unplanned: nobody injected them)", fault_list(summary)),
+                        ("Detections", summary["detections"]),
                         ("Recoveries", summary["recoveries"]), ("Whole-job restarts", summary.get("restarts")),
                         ("Clock offsets (other hosts against the launcher's clock)", offsets),
                         ("Placement", _placement(run_dir))):

@@ -6,8 +6,12 @@ The contract (later tools and the reports read it): ``benchmark``, ``mode``,
 (training throughput; evaluation runs on its own rank and is excluded),
 ``steps``, ``consistency``, ``staleness_hist`` (updates per staleness value; sync
 updates have staleness 0), ``staleness_mean``, ``staleness_p99``,
-``per_worker_samples_per_s``, ``kills`` (``t_s``, ``pid``, ``host``, ``role``), ``detections``
-(``latency_s``, ``rank``), ``recoveries`` (``mode``, ``recovery_s``,
+``per_worker_samples_per_s``, ``kills`` (the scheduled SIGKILLs: ``t_s``, ``pid``, ``host``,
+``role``), ``faults`` (every failure the run had, injected or not: ``kind`` kill, hang, slow or
+unplanned, ``planned``, ``t_s``, ``role``, ``pid``, ``evidence``, a hang's ``fenced_s`` /
+``ended_s``; launch/analysis/faults.py), ``detections`` (per fault: ``fault``, its index,
+``kind``, ``latency_s`` from the fault to the first rank that noticed, ``rank``, ``via``; a hang
+is noticed by a rank's suspicion), ``recoveries`` (``fault``, ``kind``, ``mode``, ``recovery_s``,
 ``lost_steps``, ``idle_s``, ``buffered_updates``; under async every worker
 recovers on its own: recovery_s to the first worker's applied step, the
 largest lost_steps, the mean idle_s, the sum of buffered updates), plus a few
@@ -32,6 +36,8 @@ import numpy as np
 from psmodes.atomic import write_text_atomic
 from psmodes.config import RunConfig
 from psmodes.events import read_run_events
+
+from .faults import fault_records
 
 SUMMARY_VERSION = 1
 
@@ -65,21 +71,25 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
     kills = [{"t_s": rel(e["t_kill"]), "pid": e["pid"], "host": e["host"], "role": e["role"], "at": e["at"],
               "rank": e.get("rank"), "generation": e.get("generation"), "how": e.get("how", "local")}
              for e in by("kill")]
-    kill_times = [clock.kill_time(e) for e in by("kill")]
-    for k, e, t in zip(kills, by("kill"), kill_times):
+    for k, e in zip(kills, by("kill")):
         if e.get("how", "local") != "local":  # a remote kill: sent at t_s, carried out at t_exec_s
-            k["t_exec_s"] = rel(t)
+            k["t_exec_s"] = rel(clock.kill_time(e))
+    faults = fault_records(events, clock.kill_time, clock.to_launcher)
+    fault_times = [f["_t"] for f in faults]
     detections, recoveries = [], []
-    # detection times on the detecting rank's host, moved to the launcher's clock
+    # detection times on the detecting rank's host, moved to the launcher's clock; a hang is
+    # detected when a rank suspects it (psmodes.suspicion), before ULFM sees the fenced process die
     detects = [{**d, "t_detect": clock.to_launcher(d.get("t_detect", d["t"]), d["who"])} for d in by("detect")]
+    detects += [{**d, "t_detect": clock.to_launcher(d["t_suspect"], d["who"]), "via": f"suspect ({d['what']})"}
+                for d in by("suspect")]
     recovered = by("recovered")
     used: set[int] = set()
-    for i, tk in enumerate(kill_times):
-        t_next = kill_times[i + 1] if i + 1 < len(kill_times) else float("inf")
-        seen = [d for d in detects if tk <= d.get("t_detect", d["t"]) < t_next]
+    for i, tk in enumerate(fault_times):
+        t_next = fault_times[i + 1] if i + 1 < len(fault_times) else float("inf")
+        seen = [d for d in detects if tk <= d["t_detect"] < t_next]
         if seen:
-            first = min(seen, key=lambda d: d.get("t_detect", d["t"]))
-            detections.append({"kill": i, "latency_s": round(first.get("t_detect", first["t"]) - tk, 3),
+            first = min(seen, key=lambda d: d["t_detect"])
+            detections.append({"fault": i, "kind": faults[i]["kind"], "latency_s": round(first["t_detect"] - tk, 3),
                                "rank": first.get("rank"), "who": first["who"], "via": first.get("via")})
         if cfg.recovery == "job-restart":
             rec, det = job_restart_recovery(events, cfg, i, tk, t_next, bool(seen))
@@ -98,7 +108,7 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
                 mine[r["who"]] = r
         if mine:
             rs = list(mine.values())
-            recoveries.append({"kill": i, "mode": rs[0]["mode"],
+            recoveries.append({"fault": i, "kind": faults[i]["kind"], "mode": rs[0]["mode"],
                                "recovery_s": round(min(r["t"] for r in rs) - tk, 3),
                                "lost_steps": max(r["lost_steps"] for r in rs),
                                "idle_s": round(sum(r["idle_s"] for r in rs) / len(rs), 3),
@@ -143,6 +153,7 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
         "train_s": round(steps[-1]["t"] - t0, 3) if steps else None,
         "wall_s": round(wall_s, 3) if wall_s else None,
         "kills": kills,
+        "faults": [public(f, rel) for f in faults],
         "kills_not_reached": [e["at"] for e in by("kill_not_reached")],
         "detections": detections,
         "recoveries": recoveries,
@@ -160,6 +171,8 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
         "usage": {e["who"]: {"cpu_s": e["cpu_s"], "wall_s": e["wall_s"], "maxrss_mb": e["maxrss_mb"],
                              "cpu_frac": round(e["cpu_s"] / e["wall_s"], 3) if e["wall_s"] else None}
                   for e in by("usage")},
+        # the longest a live PS took to answer a worker: what --suspect-after must stay above
+        "slowest_answer_s": max((e["slowest_answer_s"] for e in by("done") if "slowest_answer_s" in e), default=None),
         "ps_timing": next(({k: v for k, v in e.items() if k not in ("t", "ev")} for e in by("ps_timing")), None),
         "hosts": sorted(set(clock.hosts.values())),
         "clock_offsets": clock.offsets,
@@ -212,7 +225,7 @@ def job_restart_recovery(events: list[dict], cfg: RunConfig, i: int, tk: float, 
     restart = next((e for e in window if e["ev"] == "restart" and e["who"] == "launcher"), None)
     det = None
     if not detected and exits:  # no rank noticed (no ULFM: the job was taken down): the launcher did
-        det = {"kill": i, "latency_s": round(exits[0]["t_exit"] - tk, 3), "rank": None, "who": "launcher",
+        det = {"fault": i, "latency_s": round(exits[0]["t_exit"] - tk, 3), "rank": None, "who": "launcher",
                "via": "job exit"}
     if restart is None:
         return None, det
@@ -224,11 +237,22 @@ def job_restart_recovery(events: list[dict], cfg: RunConfig, i: int, tk: float, 
     if resume is None or first is None:
         return None, det
     down = round(first["t"] - tk, 3)
-    return {"kill": i, "mode": f"{cfg.mode}/job-restart", "recovery_s": down,
+    return {"fault": i, "mode": f"{cfg.mode}/job-restart", "recovery_s": down,
             "lost_steps": max(0, (max(before) if before else 0) - resume["from_version"]),
             "idle_s": down, "buffered_updates": 0, "dropped_updates": 0, "workers": cfg.workers,
             "restart_s": round(restart["t_restart"] - exits[0]["t_exit"], 3) if exits else None,
             "resumed_from": resume["from_version"], "attempt": restart["attempt"]}, det
+
+
+def public(fault: dict, rel) -> dict:
+    """A fault record as summary.json has it: times in seconds since training started."""
+    out = {k: v for k, v in fault.items() if not k.startswith("_")}
+    out["t_s"] = rel(fault["_t"])
+    if "_t_fence" in fault:
+        out["fenced_s"] = rel(fault["_t_fence"])
+    if "_t_ended" in fault:
+        out["ended_s"] = rel(fault["_t_ended"])
+    return out
 
 
 def write_summary(run_dir: str | Path, summary: dict) -> Path:

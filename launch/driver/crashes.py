@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .faults import read_pid_file
+from psmodes.pidfiles import read_pid_file
 
 SIGNAL_LINE = re.compile(rb"^\[([^\]:\s]+):(\d+)\] Signal: ([^\r\n]+)$", re.M)
 MAX_READ = 4 << 20  # bytes per poll: Open MPI can print an error line millions of times

@@ -1,4 +1,16 @@
-"""The fault injector: SIGKILLs the current PS (or a chain replica) on schedule.
+"""The fault injector: kills, hangs or slows the current PS (or a chain replica) on
+schedule, and fences the processes the ranks suspect.
+
+The kinds (:data:`launch.driver.kills.KINDS`): ``kill`` (SIGKILL), ``hang`` (SIGSTOP;
+``~DUR``: SIGCONT DUR later, a pause that ends) and ``slow`` (for DUR, stopped and
+continued on a duty cycle so that the PS runs 1/``--slow-factor`` of the time: a
+degraded server). A hang or a slow phase runs as a small shell script, here or on
+the target's host, so that its timing does not depend on the launcher's loop.
+
+**Fencing.** A rank that waited past ``--suspect-after`` for a peer records a
+``suspect`` event naming the peer's pid and host (:mod:`psmodes.suspicion`); the
+launcher SIGKILLs exactly that process, once, by the same routes as a kill, and
+records a ``fence`` event. ULFM then reports a real death and the ranks repair it.
 
 A kill point (:mod:`launch.driver.kills`) is ``AT`` = a time since training
 started (``20s``, ``1.5m``), a share of ``--duration`` (``33%``: a third of the
@@ -17,7 +29,6 @@ offset so that latencies across hosts can be corrected (``summary.json``:
 """
 from __future__ import annotations
 
-import json
 import os
 import selectors
 import shlex
@@ -27,31 +38,26 @@ import time
 from pathlib import Path
 
 from psmodes.killpoints import ENV
+from psmodes.pidfiles import read_pid_file
+from psmodes.suspicion import FENCER_ENV
 
 from .hosts import in_slurm, is_local
-from .kills import KillPoint, parse_kills
+from .kills import KillPoint, schedule
 
 
-def kill_point_env(cfg) -> dict[str, str]:
-    """``PSBENCH_KILL_POINT`` for the ranks: the point:NAME kills of the run, in order."""
-    kills = parse_kills(list(cfg.kill_ps), "ps", cfg.duration_s) + parse_kills(
-        list(cfg.kill_replica), "replica", cfg.duration_s)
-    names = [p.point for p in kills if p.point]
-    return {ENV: ",".join(names)} if names else {}
+def rank_env(cfg) -> dict[str, str]:
+    """What the ranks are told by the launcher's environment: ``PSBENCH_KILL_POINT`` (the
+    point:NAME faults of the run, in order) and that the launcher fences suspects."""
+    names = [p.point for p in schedule(cfg) if p.point]
+    return {FENCER_ENV: "launcher", **({ENV: ",".join(names)} if names else {})}
 
 
-def with_kill_points(cmd: list[str], cfg) -> list[str]:
-    """mpirun: forward ``PSBENCH_KILL_POINT`` to every rank (``-x``), also on other hosts."""
-    if not kill_point_env(cfg) or cfg.launcher != "mpirun":
+def with_rank_env(cmd: list[str], cfg) -> list[str]:
+    """mpirun: forward :func:`rank_env` to every rank (``-x``), also on other hosts
+    (horovodrun forwards the launcher's whole environment itself)."""
+    if cfg.launcher != "mpirun":
         return cmd
-    return [cmd[0], "-x", ENV, *cmd[1:]]
-
-
-def read_pid_file(run_dir: Path, role: str) -> dict | None:
-    try:
-        return json.loads((Path(run_dir) / "pids" / f"{role}.json").read_text())
-    except (FileNotFoundError, ValueError):
-        return None
+    return [cmd[0], *[arg for name in rank_env(cfg) for arg in ("-x", name)], *cmd[1:]]
 
 
 def alive(pid: int) -> bool:
@@ -70,6 +76,12 @@ def alive(pid: int) -> bool:
 
 
 KILL_SCRIPT = 'date +%s.%N && exec kill -9 "$1"'  # prints the host's clock at the kill, then kills
+# $1 pid, $2 seconds (a hang: empty = until fenced): SIGSTOP, and SIGCONT when the hang ends
+HANG_SCRIPT = 'date +%s.%N && kill -STOP "$1" && { [ -z "$2" ] || { sleep "$2" && kill -CONT "$1"; }; }'
+# $1 pid, $2 cycles, $3 stopped and $4 running seconds of each: a PS that runs a share of the time
+SLOW_SCRIPT = ('date +%s.%N; i=0; while [ "$i" -lt "$2" ] && kill -STOP "$1" 2>/dev/null; do '
+               'sleep "$3"; kill -CONT "$1" || exit 1; sleep "$4"; i=$((i + 1)); done; exit 0')
+SLOW_PERIOD_S = 0.2  # one stop-and-continue cycle: far below any --suspect-after
 
 
 def kill_route(host: str, kill_via: str = "auto", env: dict | None = None) -> str:
@@ -201,21 +213,42 @@ def measure_offset(host: str, route: str, samples: int = 5, timeout: float = 15.
     return {"host": host, "route": route, "offset_s": round(best[1], 6), "error_s": round(best[0] / 2, 6)}
 
 
+def script_command(route: str, host: str, script: str, args: list[str], env: dict | None = None) -> list[str]:
+    argv = ["sh", "-c", script, "sh", *args]
+    return argv if route == "local" else remote_command(route, host, argv, env)
+
+
 class Injector:
-    def __init__(self, run_dir: Path, points: list[KillPoint], log, kill_via: str = "auto") -> None:
+    """Carries out a run's fault points in order, and fences the suspects the ranks name.
+
+    ``done``: the kill records (the schedule's SIGKILLs), ``fenced``: the fence records,
+    ``faults``: every record of a fault sent (kills, hangs, slow phases), in order."""
+
+    def __init__(self, run_dir: Path, points: list[KillPoint], log, kill_via: str = "auto",
+                 slow_factor: float = 4.0) -> None:
         self.run_dir = Path(run_dir)
         self.kill_via = kill_via
+        self.slow_factor = slow_factor
         self.points = points
         self.log = log
-        self.killed: set[tuple[int, str]] = set()
+        self.killed: set[tuple[int, str]] = set()  # killed, fenced or hung for good: not a target again
         self.done: list[dict] = []
+        self.fenced: list[dict] = []
+        self.faults: list[dict] = []
+        self.running: list[tuple[subprocess.Popen, dict]] = []  # hang and slow scripts, with their records
 
     def urgent(self) -> bool:
         """A relative kill (+DUR) is next: the launcher's loop polls fast."""
         return bool(self.points) and self.points[0].after_s is not None and bool(self.done)
 
+    @property
+    def deaths(self) -> list[dict]:
+        """Every process the launcher killed: scheduled kills and fences."""
+        return self.done + self.fenced
+
     def stopped_at(self, event: dict) -> None:
-        """A rank stopped itself at a kill point (its ``killpoint`` event): SIGKILL it there."""
+        """A rank stopped itself at a kill point (its ``killpoint`` event): SIGKILL it there
+        (a hang: leave it stopped, or continue it after the hang's length)."""
         match = next((p for p in self.points if p.point and p.point.partition("@")[0] == event.get("point")), None)
         if match is None:  # not asked for (cannot happen: the launcher arms only its points); never leave it stopped
             match = KillPoint(event.get("role", "ps"), None, None, f"point:{event.get('point')}", point=event.get("point"))
@@ -223,10 +256,37 @@ class Injector:
             self.points.remove(match)
         info = {"pid": event["pid"], "host": event.get("host") or "localhost", "rank": None,
                 "generation": event.get("generation")}
-        self._kill(info, match, None, event.get("version"), extra={"point": event.get("point")})
+        self._fire(info, match, None, event.get("version"), extra={"point": event.get("point")})
+
+    def fence(self, suspect: dict) -> None:
+        """SIGKILL the process a rank suspects (its ``suspect`` event), once."""
+        if suspect.get("pid") is None:
+            return
+        key = (suspect["pid"], suspect["host"])
+        if key in {(f["pid"], f["host"]) for f in self.fenced} or (key in self.killed and not self._hung(key)):
+            return  # fenced already, or killed by the schedule: its death is on its way to the ranks
+        info = {"pid": suspect["pid"], "host": suspect["host"]}
+        t = time.time()
+        try:
+            how = sigkill(info, self.kill_via)
+        except (KillFailed, OSError, subprocess.TimeoutExpired) as exc:
+            self.log.emit("kill_failed", pid=info["pid"], host=info["host"], role=suspect.get("role"), at="fence",
+                          error=str(exc))
+            return
+        self.killed.add(key)
+        self.fenced.append(self.log.emit(
+            "fence", t_fence=t, pid=info["pid"], host=info["host"], role=suspect.get("role"), how="launcher",
+            route=how["how"], by=suspect.get("who"), t_suspect=suspect.get("t_suspect"),
+            waited_s=suspect.get("waited_s"), what=suspect.get("what"),
+            **{k: v for k, v in how.items() if k != "how"}))
+
+    def _hung(self, key) -> bool:
+        return any((f["pid"], f["host"]) == key for f in self.faults if f["ev"] == "hang")
 
     def poll(self, elapsed: float | None, step: int | None) -> None:
-        """Called by the launcher's loop; fires at most the next due kill."""
+        """Called by the launcher's loop: records the hang scripts that ended, and fires at
+        most the next due fault."""
+        self._reap()
         if not self.points:
             return
         point = self.points[0]
@@ -240,27 +300,72 @@ class Injector:
                 is_local(info["host"]) and not alive(int(info["pid"]))):  # a remote pid cannot be checked here
             return  # no live target yet (e.g. the replacement is still starting): try again next poll
         self.points.pop(0)
-        self._kill(info, point, elapsed, step)
+        self._fire(info, point, elapsed, step)
 
-    def _kill(self, info: dict, point: KillPoint, elapsed: float | None, step: int | None,
-              extra: dict | None = None) -> None:
+    def _fire(self, info: dict, point: KillPoint, elapsed, step, extra: dict | None = None) -> None:
         t = time.time()
+        common = dict(pid=info["pid"], host=info["host"], role=point.target, rank=info.get("rank"),
+                      generation=info.get("generation"), at=point.spec, elapsed_s=elapsed, step=step, **(extra or {}))
         try:
-            how = sigkill(info, self.kill_via)
+            if point.kind == "kill":
+                how = sigkill(info, self.kill_via)
+            else:
+                how = self._start_script(info, point)
         except (KillFailed, OSError, subprocess.TimeoutExpired) as exc:
             self.log.emit("kill_failed", pid=info["pid"], host=info["host"], role=point.target, at=point.spec,
-                          error=str(exc))
+                          kind=point.kind, error=str(exc))
             return
-        self.killed.add((info["pid"], info["host"]))
-        # t_kill: the launcher's clock when the kill was sent; a remote kill also records the
-        # PS host's clock when it was carried out (t_remote) and the round trip
-        rec = self.log.emit("kill", t_kill=t, pid=info["pid"], host=info["host"], role=point.target,
-                            rank=info.get("rank"), generation=info.get("generation"), at=point.spec,
-                            elapsed_s=elapsed, step=step, signal="SIGKILL", **how, **(extra or {}))
-        self.done.append(rec)
+        key = (info["pid"], info["host"])
+        if point.kind == "kill":
+            self.killed.add(key)
+            # t_kill: the launcher's clock when the kill was sent; a remote kill also records the
+            # PS host's clock when it was carried out (t_remote) and the round trip
+            rec = self.log.emit("kill", t_kill=t, signal="SIGKILL", **common, **how)
+            self.done.append(rec)
+        elif point.kind == "hang":
+            if point.for_s is None:
+                self.killed.add(key)  # stopped until fenced: the next fault waits for its replacement
+            rec = self.log.emit("hang", t_hang=t, signal="SIGSTOP", for_s=point.for_s, **common, **how)
+        else:
+            rec = self.log.emit("slow", t_slow=t, for_s=point.for_s, factor=self.slow_factor, **common, **how)
+        self.faults.append(rec)
+
+    def _start_script(self, info: dict, point: KillPoint) -> dict:
+        """The hang or slow script, started in the background, here or on the target's host."""
+        route = kill_route(info["host"], self.kill_via)
+        if point.kind == "hang":
+            script, args = HANG_SCRIPT, [str(int(info["pid"])), f"{point.for_s:g}" if point.for_s else ""]
+        else:
+            stop = SLOW_PERIOD_S * (1 - 1 / self.slow_factor)
+            cycles = max(1, round(point.for_s / SLOW_PERIOD_S))
+            script, args = SLOW_SCRIPT, [str(int(info["pid"])), str(cycles), f"{stop:.3f}",
+                                         f"{SLOW_PERIOD_S - stop:.3f}"]
+        proc = subprocess.Popen(script_command(route, info["host"], script, args), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                                start_new_session=True)
+        self.running.append((proc, {"pid": info["pid"], "host": info["host"], "kind": point.kind,
+                                    "for_s": point.for_s, "at": point.spec}))
+        return {"how": route}
+
+    def _reap(self) -> None:
+        """Scripts that ended: a hang or slow phase that ended records ``continued``."""
+        for proc, what in list(self.running):
+            if proc.poll() is None:
+                continue
+            self.running.remove((proc, what))
+            if what["for_s"] is not None and proc.returncode == 0:
+                self.log.emit("continued", t_continued=time.time(), **what)
 
     def finish(self) -> None:
         for point in self.points:
-            self.log.emit("kill_not_reached", role=point.target, at=point.spec,
-                          reason="the run ended before this kill point")
+            self.log.emit("kill_not_reached", role=point.target, at=point.spec, kind=point.kind,
+                          reason="the run ended before this fault point")
         self.points = []
+        for proc, _ in self.running:  # a hang or slow script of a run that ended: its target is gone too
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            proc.wait()
+        self._reap()
+        self.running = []

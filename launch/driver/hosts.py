@@ -39,7 +39,7 @@ from psmodes.atomic import write_text_atomic
 from psmodes.config import ConfigError, read_user_file
 from psmodes.roles import layout
 
-from .kills import parse_kills
+from .kills import replacements
 
 LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
 
@@ -274,7 +274,7 @@ def spares_needed(cfg) -> int:
     (a dead rank's slot is not given back; a whole-job restart needs none)."""
     if cfg.dies_with_ps:
         return 0
-    return len(parse_kills(cfg.kill_ps, "ps", cfg.duration_s)) + len(parse_kills(cfg.kill_replica, "r", cfg.duration_s))
+    return replacements(cfg)
 
 
 def placement_of(cfg) -> Placement:

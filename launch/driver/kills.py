@@ -1,9 +1,10 @@
-"""Kill points: the ``--kill-ps``, ``--kill-replica`` and ``--kill-worker`` schedules
-parsed and checked (:func:`parse_kills`). A kill point is ``AT`` = a time since
-training started (``20s``, ``1.5m``), a share of ``--duration`` (``33%``), or a
-PS step (``step:800``); test hooks: ``point:NAME`` and ``+DUR``. The fault
+"""Fault points: the ``--kill-ps``, ``--kill-replica``, ``--kill-worker``, ``--hang-ps``,
+``--hang-replica`` and ``--slow-ps`` schedules parsed and checked (:func:`parse_kills`).
+A point is ``AT`` = a time since training started (``20s``, ``1.5m``), a share of
+``--duration`` (``33%``), or a PS step (``step:800``); test hooks: ``point:NAME`` and
+``+DUR``. A hang or a slow phase may end: ``AT~DUR`` (a slow phase must). The fault
 injector (:mod:`launch.driver.faults`) carries them out; the placement
-(:mod:`launch.driver.hosts`) counts them to leave slots for replacements.
+(:mod:`launch.driver.hosts`) counts the kills to leave slots for replacements.
 """
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ from psmodes.config import ConfigError, parse_duration
 from psmodes.killpoints import POINTS, REPLICA_POINTS
 
 
+KINDS = ("kill", "hang", "slow")  # SIGKILL; SIGSTOP (SIGCONT after for_s); a duty cycle of both for for_s
+
+
 @dataclass
 class KillPoint:
     target: str          # "ps" or "replica1", ...
@@ -23,6 +27,8 @@ class KillPoint:
     spec: str
     point: str | None = None      # point:NAME, a test-only kill point (psmodes/killpoints.py)
     after_s: float | None = None  # +DUR: this long after the previous kill (the target's next live holder)
+    kind: str = "kill"            # one of KINDS
+    for_s: float | None = None    # ~DUR: how long a hang or a slow phase lasts (a hang: None = until fenced)
 
     def due(self, elapsed: float | None, step: int | None) -> bool:
         if self.point is not None or self.after_s is not None:
@@ -36,20 +42,25 @@ _STEP = re.compile(r"^step:(\d+)$")
 _PERCENT = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)\s*%$")
 
 
-def parse_kills(specs: list[str], target: str, duration_s: float | None = None) -> list[KillPoint]:
-    """Kill points of ``--kill-ps``/``--kill-replica``; ``duration_s`` resolves ``N%``.
+def parse_kills(specs: list[str], target: str, duration_s: float | None = None,
+                kind: str = "kill") -> list[KillPoint]:
+    """Fault points of ``--kill-ps``/``--kill-replica`` (``kind``: ``--hang-*``, ``--slow-ps``);
+    ``duration_s`` resolves ``N%``.
 
     Test hooks: ``point:NAME`` kills the process that stops at the named point
-    (psmodes/killpoints.py); ``+DUR`` (``+10ms``, ``+0``) kills the target's live
-    holder DUR after the previous kill, at once if it is up, else as soon as it
-    registers (a replacement)."""
+    (psmodes/killpoints.py; a hang leaves it stopped there); ``+DUR`` (``+10ms``, ``+0``)
+    kills the target's live holder DUR after the previous kill, at once if it is up, else
+    as soon as it registers (a replacement)."""
     named, option = (POINTS, "--kill-ps") if target == "ps" else (REPLICA_POINTS, "--kill-replica")
+    if kind != "kill":
+        option = f"--{kind}-{'ps' if target == 'ps' else 'replica'}"
     points = []
     for spec in specs:
         for part in str(spec).split(","):
             part = part.strip()
             if not part:
                 continue
+            part, for_s = _split_length(part, kind, option)
             m = _STEP.match(part)
             if part.startswith("point:"):
                 name, _, from_version = part[len("point:"):].partition("@")
@@ -82,4 +93,38 @@ def parse_kills(specs: list[str], target: str, duration_s: float | None = None) 
                 points.append(KillPoint(target, round(duration_s * float(pm.group(1)) / 100, 3), None, part))
             else:
                 points.append(KillPoint(target, parse_duration(part, f"kill point {part!r}"), None, part))
+            points[-1].kind, points[-1].for_s = kind, for_s
+            if for_s is not None:
+                points[-1].spec = f"{part}~{for_s:g}s"
     return points
+
+
+def _split_length(part: str, kind: str, option: str) -> tuple[str, float | None]:
+    """``30%~2s`` -> ("30%", 2.0): the length of a hang or slow phase; a kill has none."""
+    at, tilde, length = part.partition("~")
+    if not tilde:
+        if kind == "slow":
+            raise ConfigError(f"{option} {part!r}: write AT~DUR, e.g. 30%~10s (how long the PS is slow)")
+        return part, None
+    if kind == "kill":
+        raise ConfigError(f"kill point {part!r}: a kill has no length (~DUR is for --hang-ps and --slow-ps)")
+    if at.strip().startswith("+"):
+        raise ConfigError(f"{option} {part!r}: +DUR points are for kills; write AT~DUR with AT a time, share or step")
+    return at.strip(), parse_duration(length.strip(), f"{option} {part!r}: the length")
+
+
+def schedule(cfg) -> list[KillPoint]:
+    """Every fault point of a run (checked: ConfigError), in the order they are due: by time,
+    then by PS step; ``point:NAME`` and ``+DUR`` points come last, in the order given."""
+    d, tail = cfg.duration_s, f"replica{cfg.n_replicas}"
+    points = (parse_kills(cfg.kill_ps, "ps", d) + parse_kills(cfg.kill_replica, tail, d)
+              + parse_kills(cfg.kill_worker, f"worker{cfg.workers - 1}", d)
+              + parse_kills(cfg.hang_ps, "ps", d, "hang") + parse_kills(cfg.hang_replica, tail, d, "hang")
+              + parse_kills(cfg.slow_ps, "ps", d, "slow"))
+    points.sort(key=lambda p: (p.at_s if p.at_s is not None else float("inf"), p.at_step or 0))
+    return points
+
+
+def replacements(cfg) -> int:
+    """PS and replica faults that end a process (kills, and hangs, which are fenced): each needs a replacement."""
+    return sum(1 for p in schedule(cfg) if p.kind in ("kill", "hang") and not p.target.startswith("worker"))

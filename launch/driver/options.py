@@ -20,7 +20,7 @@ from benchmarks.registry import get
 from psmodes.config import GROUPS, ConfigError, Option, RunConfig, config_options
 
 from .hosts import placement_of, resolve_hosts
-from .kills import parse_kills
+from .kills import schedule
 from .mpirun import find_mpirun, mpirun_env
 from .ulfm import supported
 
@@ -111,9 +111,7 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
             raise ConfigError(f"this MPI library has no ULFM (fault tolerance), which --mode {cfg.mode} needs "
                               "to repair the job in place; use --recovery job-restart")
     cfg.validate()
-    parse_kills(cfg.kill_ps, "ps", cfg.duration_s)
-    parse_kills(cfg.kill_replica, "replica", cfg.duration_s)
-    parse_kills(cfg.kill_worker, "worker", cfg.duration_s)
+    schedule(cfg)
     placement_of(cfg)  # more ranks than slots, an unknown --ps-host: one line now
     return cfg
 

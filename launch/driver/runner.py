@@ -33,9 +33,9 @@ from psmodes.events import EventLog
 from ..analysis.runreport import write_run_report
 from ..analysis.summary import summarize, write_summary
 from . import crashes
-from .faults import Injector, close_ssh_masters, kill_point_env, kill_route, measure_offset, with_kill_points
+from .faults import Injector, close_ssh_masters, kill_route, measure_offset, rank_env, with_rank_env
 from .hosts import is_local, placement_of
-from .kills import parse_kills
+from .kills import schedule
 from .mpirun import launch_command, mpirun_env
 
 FAILED_GRACE_S = 15.0  # after a rank reports a fatal failure, how long the others get to finish
@@ -118,14 +118,10 @@ def run_job(cfg: RunConfig, quiet: bool = False, tick=None) -> dict:
     placement.write(run_dir)
     if not quiet and (cfg.hosts or placement.notes):
         print(placement.table(), file=sys.stderr, flush=True)
-    cmd = with_kill_points(launch_command(cfg), cfg)
+    cmd = with_rank_env(launch_command(cfg), cfg)
     (run_dir / "command.txt").write_text(shlex.join(cmd) + "\n")
     log = EventLog(run_dir, "launcher")
-    points = parse_kills(cfg.kill_ps, "ps", cfg.duration_s) + sorted(
-        parse_kills(cfg.kill_replica, f"replica{cfg.replicas}", cfg.duration_s), key=lambda p: (p.at_s or 0, p.at_step or 0))
-    points += parse_kills(cfg.kill_worker, f"worker{cfg.workers - 1}", cfg.duration_s)
-    points.sort(key=lambda p: (p.at_s if p.at_s is not None else float("inf"), p.at_step or 0))
-    injector = Injector(run_dir, points, log, cfg.kill_via)
+    injector = Injector(run_dir, schedule(cfg), log, cfg.kill_via, cfg.slow_factor)
     deadline = cfg.resolved_deadline()
     log.emit("launch", command=cmd, deadline_s=deadline, argv=sys.argv, placement=placement.to_dict())
     measure_offsets(cfg, placement, log)
@@ -138,13 +134,13 @@ def run_job(cfg: RunConfig, quiet: bool = False, tick=None) -> dict:
     proc = None
     try:
         while True:
-            kills_before = len(injector.done)
+            t_attempt = time.time()
             proc = start(cmd, run_dir, cfg, attempt)
             watch.attempt(proc)
             stop_group(proc)
             log.emit("job_exit", attempt=attempt, returncode=proc.returncode, t_exit=time.time(),
                      finished=watch.finished)
-            if not restartable(cfg, watch, injector, kills_before, attempt):
+            if not restartable(cfg, watch, injector, t_attempt, attempt):
                 break
             attempt += 1
             if not watch.sleep(cfg.restart_delay_s):
@@ -180,16 +176,16 @@ def start(cmd: list[str], run_dir: Path, cfg: RunConfig, attempt: int) -> subpro
         if attempt:
             out.write(f"\n==== psbench: restart {attempt} ====\n".encode())
             out.flush()
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**mpirun_env(cfg), **kill_point_env(cfg)},
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**mpirun_env(cfg), **rank_env(cfg)},
                                 start_new_session=True, stdin=subprocess.DEVNULL,
                                 preexec_fn=_die_with(os.getpid()))
 
 
-def restartable(cfg: RunConfig, watch: "Watch", injector: Injector, kills_before: int, attempt: int) -> bool:
-    """job-restart: restart when this attempt ended after a PS kill, before training finished."""
+def restartable(cfg: RunConfig, watch: "Watch", injector: Injector, t_attempt: float, attempt: int) -> bool:
+    """job-restart: restart when this attempt ended after a PS kill (or fence), before training finished."""
     return (cfg.recovery == "job-restart" and watch.exit_reason is None and not watch.finished
             and watch.t0 is not None and attempt < cfg.max_restarts
-            and any(k["role"] == "ps" for k in injector.done[kills_before:]))
+            and any(k["role"] == "ps" and k["t"] >= t_attempt for k in injector.deaths))
 
 
 class Watch:
@@ -220,13 +216,15 @@ class Watch:
                 self.finished = True
             elif e["ev"] == "killpoint":  # a rank stopped itself at a test kill point: kill it there
                 self.injector.stopped_at(e)
+            elif e["ev"] == "suspect":  # a rank waited past --suspect-after for this process: fence it
+                self.injector.fence(e)
             self.progress.event(e)
         for crash in self.crash_scan.new():
             # the rank recorded nothing itself; the launcher records it. The job goes on: the survivors
             # repair it like any death (ULFM tells them), so this is no failure of the run by itself
             self.progress.event(self.log.emit("crash", reason=crashes.reason(crash), **crash))
             self.ranks.died(crash["host"], crash["pid"])
-        for kill in self.injector.done:
+        for kill in self.injector.deaths:
             self.ranks.died(kill["host"], kill["pid"])
         elapsed = time.time() - self.t0 if self.t0 else None
         self.injector.poll(elapsed, self.step)
@@ -373,7 +371,8 @@ class Progress:
                 self.rate = self.samples / (e["t"] - self.t_first)
             if e.get("applied"):
                 self.step = e["version"]
-        elif e["ev"] in ("detect", "kill", "recovered", "failed", "crash") and not self.quiet:
+        elif e["ev"] in ("detect", "kill", "hang", "slow", "suspect", "fence", "recovered", "failed",
+                         "crash") and not self.quiet:
             self._write(f"[{e['who']}] {e['ev']}: " + ", ".join(
                 f"{k}={v}" for k, v in e.items() if k in ("via", "dead", "reason", "idle_s", "lost_steps", "role", "pid")))
 

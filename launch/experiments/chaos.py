@@ -52,7 +52,7 @@ from psmodes.atomic import write_text_atomic
 from psmodes.config import MODES, ConfigError, RunConfig
 
 from ..analysis.lazy import frame
-from ..driver.kills import parse_kills
+from ..driver.kills import schedule
 from ..driver.options import add_option, run_options
 from ..driver.runner import INTERRUPTED, run_job
 
@@ -129,8 +129,7 @@ def _draw(cfg: RunConfig, rng: random.Random, duration: float, max_kills: int) -
 
 def _validate(cfg: RunConfig) -> None:
     cfg.validate()
-    parse_kills(cfg.kill_ps, "ps", cfg.duration_s)
-    parse_kills(cfg.kill_replica, "replica", cfg.duration_s)
+    schedule(cfg)
 
 
 # ---- invariants
@@ -172,7 +171,7 @@ def check_trial(cfg: RunConfig, summary: dict | None, wall_s: float,
     bound = mode.lost_steps_bound(cfg)  # the mode's promise (psmodes/modes/)
     for r in recs if bound is not None else []:
         if r["lost_steps"] > bound:
-            bad.append(f"{cfg.mode}: recovery after kill {r['kill']} lost {r['lost_steps']} steps "
+            bad.append(f"{cfg.mode}: recovery after fault {r['fault']} ({r.get('kind')}) lost {r['lost_steps']} steps "
                        f"({mode.describe(cfg)} allows {bound})")
     if summary.get("buffered_sent") != summary.get("buffered_applied"):  # a hand-over (stateless), exactly once
         bad.append(f"{cfg.mode}: {summary.get('buffered_sent')} buffered updates handed over, "

@@ -71,7 +71,8 @@ class ChainReplication(RecoveryMode):
             replicate(server, wait_ack=k == 1)
 
     def ps_after_respawn(self, server):
-        return lambda: replicate(server, wait_ack=True)  # the new tail gets the whole state at once
+        # the new tail gets the whole state at once; it is still starting up: not suspected
+        return lambda: replicate(server, wait_ack=True, fresh=True)
 
     def ps_finish(self, server) -> None:
         from .. import transport as tp
@@ -85,9 +86,10 @@ class ChainReplication(RecoveryMode):
                 "stop the chain", watch=ctx.death_watch())
 
 
-def replicate(server, wait_ack: bool, ack: bool | None = None) -> None:
+def replicate(server, wait_ack: bool, ack: bool | None = None, fresh: bool = False) -> None:
     """Send the head's state down the chain (strict: and wait for the tail's ACK; ``ack``: the
-    tail acknowledges, by default when the head waits for it).
+    tail acknowledges, by default when the head waits for it; ``fresh``: to a replica that was
+    just spawned, whose first answer is not suspected).
 
     Every wait here also watches for a respawn announcement (``ctx.idle``): under
     ``--consistency async`` the leader announces at any time, also while the head is
@@ -102,6 +104,7 @@ def replicate(server, wait_ack: bool, ack: bool | None = None) -> None:
     from .. import transport as tp
     from ..errors import RunFailed
     from ..messages import Ack, State
+    from ..suspicion import Suspicion
 
     ctx, c, opt = server.ctx, server.ctx.cluster, server.opt
     if not c.replicas:
@@ -113,9 +116,13 @@ def replicate(server, wait_ack: bool, ack: bool | None = None) -> None:
     server.repl_sends.post(c.world, tp.isend(c.world, state, server.repl_buf.numpy(), c.replicas[0], tp.TAG_CHAIN))
     killpoints.reached("chain_forward", ctx, version=opt.version)
     if wait_ack:
+        # a hung successor is suspected in half the workers' time, so that they do not blame the head
+        # that waits for it (psmodes.suspicion); with R > 1 a hang further down is blamed on it too
+        suspect = None if fresh else Suspicion(ctx, c.replicas[0], "the chain's acknowledgement",
+                                               ctx.cfg.suspect_after_s / 2)
         tp.wait(server.repl_sends.on(c.world), ctx.peer_timeout, "replicate to the chain", on_idle=ctx.idle,
-                watch=ctx.death_watch())
+                watch=ctx.death_watch(), suspect=suspect)
         ack, _ = tp.recv(c.world, MPI.ANY_SOURCE, tp.TAG_ACK, ctx.peer_timeout, "tail acknowledges", Ack,
-                         on_idle=ctx.idle)
+                         on_idle=ctx.idle, suspect=suspect)
         if ack.version != opt.version:
             raise RunFailed(f"tail acknowledged version {ack.version}, head is at {opt.version}")

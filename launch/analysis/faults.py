@@ -1,0 +1,105 @@
+"""The failures of one run, from its event streams: the faults the launcher injected and
+the failures nobody injected, each one record that the run's detections and recoveries
+are measured from (``summary.json``: ``faults``).
+
+Kinds:
+
+- ``kill``: a scheduled SIGKILL (``--kill-ps`` ...);
+- ``hang``: a SIGSTOP (``--hang-ps``); ``ended_s`` when it was continued, ``fenced_s``
+  when a rank suspected it and the launcher SIGKILLed it (:mod:`psmodes.suspicion`);
+- ``slow``: a slow phase (``--slow-ps``), which the ranks should ride out;
+- ``unplanned`` (``planned: false``): a failure no injector event explains. Three kinds
+  of evidence: a fence of a process nobody hung (a hang that happened by itself; its time
+  is when the wait that suspected it began), a crash report in ``mpirun.log``, and a
+  process that died with no word (no ``usage`` event, its last act, and no kill of ours)
+  that the survivors saw dead (a ``detect`` naming its role). The time of a silent death
+  is the process's last recorded event: the latest moment it was surely alive, so its
+  detection latency is an upper bound.
+
+Every record has ``t_s`` (seconds since training started), ``kind``, ``planned``, ``role``,
+``pid``, ``host`` and ``evidence``; the summary adds ``detection`` and ``recovery``.
+"""
+from __future__ import annotations
+
+
+def fault_records(events: list[dict], kill_time, to_launcher) -> list[dict]:
+    """The run's failures in time order; ``t`` is on the launcher's clock (not in the summary).
+
+    ``kill_time(kill event)``: when a kill happened; ``to_launcher(t, who)``: a rank's
+    time on the launcher's clock (see launch/analysis/summary.py, ``Clocks``)."""
+    by = lambda kind, who=None: [e for e in events if e["ev"] == kind and (who is None or e["who"] == who)]  # noqa: E731
+    out = []
+    for e in by("kill", "launcher"):
+        out.append(_record("kill", True, kill_time(e), e, f"SIGKILL at {e.get('at')}"))
+    fences = by("fence")
+    hangs = by("hang", "launcher")
+    for e in hangs:
+        rec = _record("hang", True, e["t_hang"], e, f"SIGSTOP at {e.get('at')}")
+        rec["for_s"] = e.get("for_s")
+        fence = next((f for f in fences if (f["pid"], f["host"]) == (e["pid"], e["host"]) and f["t"] >= e["t"]), None)
+        if fence is not None:
+            rec["_t_fence"] = fence.get("t_fence", fence["t"])
+        cont = next((c for c in by("continued", "launcher") if (c["pid"], c["host"]) == (e["pid"], e["host"])
+                     and c["t"] >= e["t"] and c.get("kind") == "hang"), None)
+        if cont is not None:
+            rec["_t_ended"] = cont["t_continued"]
+        out.append(rec)
+    for e in by("slow", "launcher"):
+        rec = _record("slow", True, e["t_slow"], e, f"slowed x{e.get('factor')} at {e.get('at')}")
+        rec["for_s"] = e.get("for_s")
+        out.append(rec)
+    hung = {(e["pid"], e["host"]) for e in hangs}
+    for f in fences:
+        if (f["pid"], f["host"]) in hung:
+            continue
+        began = to_launcher(f.get("t_suspect", f["t"]), f.get("by") or "launcher") - (f.get("waited_s") or 0)
+        rec = _record("unplanned", False, began, f, f"suspected by {f.get('by')} ({f.get('what')}) and fenced")
+        rec["_t_fence"] = f.get("t_fence", f["t"])
+        out.append(rec)
+    ours = {(e["pid"], _short(e["host"])) for e in by("kill", "launcher") + fences}
+    crashed = set()
+    for c in by("crash", "launcher"):
+        crashed.add((c.get("pid"), _short(c.get("host"))))
+        out.append(_record("unplanned", False, c["t"], c, f"crash report in mpirun.log: {c.get('reason')}"))
+    out += silent_deaths(events, ours | crashed, to_launcher)
+    out.sort(key=lambda r: r["_t"])
+    return out
+
+
+def silent_deaths(events: list[dict], explained: set, to_launcher) -> list[dict]:
+    """Processes that died with no word and no kill of ours, which the survivors saw dead."""
+    started, last, role, left = {}, {}, {}, set()
+    for e in events:
+        who = e["who"]
+        if who == "launcher":
+            continue
+        last[who] = e
+        if e["ev"] == "start" and "pid" in e:
+            started[who], role[who] = e, e.get("role")
+            left.discard(who)
+        elif e["ev"] == "role":
+            role[who] = e.get("role")
+        elif e["ev"] in ("usage", "failed", "done"):
+            left.add(who)  # an orderly exit (done), a rank that gave up (failed: a failure of its own)
+    out = []
+    for who, start in started.items():
+        if who in left or (start["pid"], _short(start.get("host"))) in explained:
+            continue
+        t_last = to_launcher(last[who]["t"], who)
+        seen = [e for e in events if e["ev"] == "detect" and role[who] in (e.get("dead") or [])
+                and to_launcher(e.get("t_detect", e["t"]), e["who"]) >= t_last]
+        if not seen:
+            continue  # never seen dead: ended with the job (stopped by the launcher), not a failure in the run
+        rec = _record("unplanned", False, t_last, {**start, "role": role[who]},
+                      f"{who} died without a word (no exit recorded, no kill sent); last event {last[who]['ev']}")
+        out.append(rec)
+    return out
+
+
+def _record(kind: str, planned: bool, t: float, e: dict, evidence: str) -> dict:
+    return {"_t": t, "kind": kind, "planned": planned, "role": e.get("role"), "pid": e.get("pid"),
+            "host": e.get("host"), "evidence": evidence}
+
+
+def _short(host) -> str:
+    return str(host or "").split(".")[0]

@@ -1,0 +1,34 @@
+"""Pid files: ``<run_dir>/pids/<role>.json`` names the process that holds a role now.
+
+The holder writes it when it takes the role (the PS, a promoted replica, a replica, a
+worker); the launcher's fault injector reads it to find its target, and a rank that
+suspects a peer (:mod:`psmodes.suspicion`) reads it to name the process to fence.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+from .atomic import write_text_atomic
+from .events import Ev
+
+
+def write_pid_file(ctx, role: str) -> None:
+    """``role`` is held by this process from now on (``ctx``: a psmodes.context.Context)."""
+    folder = Path(ctx.cfg.run_dir) / "pids"
+    folder.mkdir(exist_ok=True)
+    info = {"pid": os.getpid(), "host": socket.gethostname(), "rank": ctx.cluster.rank, "role": role,
+            "generation": ctx.cluster.generation, "t": time.time()}
+    write_text_atomic(folder / f"{role}.json", json.dumps(info) + "\n")
+    ctx.log.emit(Ev.ROLE, **info)
+
+
+def read_pid_file(run_dir: str | Path, role: str) -> dict | None:
+    """The holder of ``role`` (pid, host, rank, generation), or None if none wrote it yet."""
+    try:
+        return json.loads((Path(run_dir) / "pids" / f"{role}.json").read_text())
+    except (FileNotFoundError, ValueError):
+        return None

@@ -1,0 +1,76 @@
+"""Suspicion: what a rank does when a peer that answers in milliseconds has not answered
+for ``--suspect-after`` seconds.
+
+ULFM reports a death (a SIGKILL, a crash) in tens of milliseconds, but nothing reports
+a process that hangs: a stopped process, a stuck GPU or collective, a host swapping. Its
+peers' waits went on until ``--peer-timeout`` (60 s) and the run failed. Now the waits
+on the critical path (the workers' exchange with the PS, the chain head's wait for its
+successor's acknowledgement) carry a :class:`Suspicion`. Past the deadline it records a
+``suspect`` event that names the peer's pid and host, read from the pid file the peer
+wrote when it took its role, and the wait goes on.
+
+The suspect is then **fenced**: SIGKILLed before anyone takes over, so that ULFM reports
+a real death and the normal repair runs. The launcher is the one that fences (it reads
+the event and kills through its injector: here, over ssh or with ``srun --overlap``),
+so there is one decider and it reaches any host. Without psbench's launcher (a plain
+``mpirun``: ``PSBENCH_FENCER`` unset) the suspecting rank fences a peer on its own host
+itself. Nobody takes over from a head that is still alive, so no two heads ever apply
+updates; a false suspicion (a live but slow peer) costs a recovery, never a lost
+acknowledged update. A pause that ends before the deadline is ridden out: the wait
+completes and nothing is recorded. The peer timeout stays the last line of defence.
+
+Why not a heartbeat: the waits already know, to the millisecond, how long a peer has
+been silent while it owes them an answer; a heartbeat thread would be one more sender
+on the critical path of every rank, and a stopped process stops its heartbeat and its
+work alike.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+
+from .events import Ev
+from .pidfiles import read_pid_file
+
+FENCER_ENV = "PSBENCH_FENCER"  # "launcher": psbench's launcher fences (launch/driver/faults.py)
+
+
+class Suspicion:
+    """One wait on ``peer`` (a rank of the current world); :meth:`check` is called between polls."""
+
+    def __init__(self, ctx, peer: int, what: str, after_s: float | None = None) -> None:
+        self.ctx, self.what = ctx, what
+        self.role = ctx.cluster.roles[peer].label
+        self.after_s = ctx.cfg.suspect_after_s if after_s is None else after_s
+        self.t0 = time.monotonic()
+        self.fired = False
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def check(self) -> None:
+        if self.fired or not self.after_s or time.monotonic() - self.t0 < self.after_s:
+            return
+        self.fired = True
+        suspect(self.ctx, self.role, self.what, time.monotonic() - self.t0)
+
+
+def suspect(ctx, role: str, what: str, waited_s: float) -> dict | None:
+    """Record the suspicion of ``role``'s holder; fence it here if no launcher will."""
+    info = read_pid_file(ctx.cfg.run_dir, role)
+    if info is None:
+        ctx.log.emit(Ev.SUSPECT, role=role, what=what, waited_s=round(waited_s, 3), pid=None, host=None,
+                     t_suspect=time.time(), note="no pid file: cannot be fenced")
+        return None
+    rec = ctx.log.emit(Ev.SUSPECT, role=role, what=what, waited_s=round(waited_s, 3), pid=info["pid"],
+                       host=info["host"], generation=info.get("generation"), t_suspect=time.time(),
+                       by=ctx.cluster.me.label)
+    if os.environ.get(FENCER_ENV) != "launcher" and info["host"] == socket.gethostname():
+        try:
+            os.kill(int(info["pid"]), signal.SIGKILL)
+            ctx.log.emit(Ev.FENCE, pid=info["pid"], host=info["host"], role=role, how="self", t_fence=time.time())
+        except ProcessLookupError:
+            pass
+    return rec

@@ -1,0 +1,158 @@
+"""Failures ULFM cannot see, and deaths psbench did not cause (real mpirun, real signals).
+
+A SIGSTOPped PS is suspected after ``--suspect-after``, fenced (SIGKILLed by the
+launcher) and replaced; a pause shorter than that and a slow phase are ridden out; a
+``kill -9`` from outside psbench is recorded as an unplanned failure. After each, no
+process of the run is left. The fault records themselves are also checked on a made-up
+event stream (no MPI), beside the real runs."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import PSBENCH, ROOT, events, mpirun_log, run_ok
+
+SYN = ["--benchmark", "synthetic", "--model-params", "200000", "--workers", "2", "--eval-interval", "1s",
+       "--restart-delay", "2s"]
+SUSPECT_S = 2.0
+
+
+def no_leftovers(out) -> None:
+    from launch.experiments.chaos import leftover_processes
+
+    assert leftover_processes(out.resolve(), grace_s=2.0) == [], "a process of the run outlived it"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["checkpoint", "chain", "stateless"])
+def test_a_hung_ps_is_suspected_fenced_and_replaced(tmp_path, mode):
+    out, s = run_ok(tmp_path, *SYN, "--mode", mode, "--duration", "9s", "--hang-ps", "3s",
+                    "--suspect-after", f"{SUSPECT_S}s")
+    (fault,) = s["faults"]
+    assert fault["kind"] == "hang" and fault["planned"] and fault["role"] == "ps", fault
+    (det,) = [d for d in s["detections"] if d["fault"] == 0]
+    assert SUSPECT_S - 0.1 <= det["latency_s"] <= SUSPECT_S + 1.0, det
+    assert det["via"].startswith("suspect"), det
+    # fenced: SIGKILLed by the launcher before anyone took over, then repaired like a death
+    (fence,) = events(out, "fence")
+    assert fence["pid"] == fault["pid"] and fence["how"] == "launcher"
+    assert fault["fenced_s"] - fault["t_s"] <= SUSPECT_S + 1.0, fault
+    (rec,) = s["recoveries"]
+    assert rec["kind"] == "hang" and rec["lost_steps"] <= (50 if mode == "checkpoint" else 0), rec
+    # no two heads: the hung PS applied nothing after the replacement's first update
+    hung = [e for e in events(out, "start") if e.get("pid") == fault["pid"]][0]["who"]
+    last_old = max(e["t"] for e in events(out, "update") if e["who"] == hung)
+    first_new = min(e["t"] for e in events(out) if e["who"] != hung
+                    and e["ev"] in ("update", "promoted", "replayed", "resume"))  # the next head's first act
+    assert last_old < first_new
+    no_leftovers(out)
+
+
+@pytest.mark.slow
+def test_a_pause_shorter_than_the_deadline_and_a_slow_phase_are_ridden_out(tmp_path):
+    out, s = run_ok(tmp_path, *SYN, "--mode", "checkpoint", "--duration", "10s", "--hang-ps", "2s~1s",
+                    "--slow-ps", "5s~3s", "--slow-factor", "4", "--suspect-after", f"{SUSPECT_S}s")
+    kinds = [f["kind"] for f in s["faults"]]
+    assert kinds == ["hang", "slow"], s["faults"]
+    hang, slow = s["faults"]
+    assert 0.9 <= hang["ended_s"] - hang["t_s"] <= 1.6, hang
+    assert not events(out, "suspect") and not events(out, "fence"), "a pause that ended was suspected"
+    assert s["detections"] == [] and s["recoveries"] == [] and s["kills"] == []
+    # the slow phase slowed the PS: fewer updates a second while it lasted than just before it
+    t0 = events(out, "train_start")[0]["t0_ms"] / 1000
+    updates = [e["t"] - t0 for e in events(out, "step", "worker0") if e.get("applied")]
+    rate = lambda a, b: sum(a <= t < b for t in updates) / (b - a)  # noqa: E731
+    before, during = rate(3.5, 5.0), rate(slow["t_s"] + 0.3, slow["t_s"] + 2.7)
+    assert during < 0.6 * before, (before, during)
+    no_leftovers(out)
+
+
+@pytest.mark.slow
+def test_a_kill_from_outside_psbench_is_an_unplanned_failure(tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([*PSBENCH, "run", "--quiet", "--out", str(out), *SYN, "--mode", "stateless",
+                             "--duration", "9s"], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(e.get("applied") for e in events(out, "step", "worker0")):
+            assert time.monotonic() < deadline and proc.poll() is None, mpirun_log(out)
+            time.sleep(0.1)
+        time.sleep(2)
+        ps = json.loads((out / "pids" / "ps.json").read_text())
+        os.kill(ps["pid"], signal.SIGKILL)  # not through psbench's injector
+        t_kill = time.time()
+        proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    s = json.loads((out / "summary.json").read_text())
+    assert s["completed"], s["exit_reason"]
+    assert s["kills"] == []
+    (fault,) = s["faults"]
+    assert fault["kind"] == "unplanned" and not fault["planned"] and fault["pid"] == ps["pid"], fault
+    t0 = events(out, "train_start")[0]["t0_ms"] / 1000
+    assert fault["t_s"] <= t_kill - t0 + 0.01  # the last sign of life, not later than the kill
+    (det,) = s["detections"]
+    assert det["fault"] == 0 and det["latency_s"] < 1.0, det
+    (rec,) = s["recoveries"]
+    assert rec["kind"] == "unplanned" and rec["lost_steps"] == 0, rec
+    assert "unplanned" in (out / "report.md").read_text()
+    no_leftovers(out)
+
+
+# ---- the fault records on a made-up event stream (a unit test of launch/analysis/faults.py)
+def ev(t, kind, who, **fields):
+    return {"t": t, "ev": kind, "who": who, **fields}
+
+
+def test_fault_records_tell_planned_from_unplanned():
+    from launch.analysis.faults import fault_records
+
+    same = lambda t, who: t  # noqa: E731 - one host, one clock
+    stream = [
+        ev(0, "start", "ps", pid=10, host="h", role="ps"), ev(0, "start", "replica1", pid=11, host="h", role="replica1"),
+        ev(0, "start", "evaluator", pid=12, host="h", role="evaluator"),
+        ev(0, "start", "worker0", pid=13, host="h", role="worker0"),
+        ev(1.0, "hang", "launcher", t_hang=1.0, pid=10, host="h", role="ps", at="1s", for_s=None),
+        ev(3.0, "suspect", "worker0", t_suspect=3.0, pid=10, host="h", role="ps", waited_s=2.0, what="x"),
+        ev(3.1, "fence", "launcher", t_fence=3.1, pid=10, host="h", role="ps", by="worker0", t_suspect=3.0,
+           waited_s=2.0),
+        ev(3.2, "role", "replica1", role="ps", pid=11, host="h"),
+        ev(5.0, "eval", "evaluator"),  # its last word: it dies at 5.5, nobody sent a signal
+        ev(5.6, "detect", "ps-gen1", t_detect=5.6, dead=["evaluator"]),
+        ev(7.0, "suspect", "worker0", t_suspect=7.0, pid=11, host="h", role="ps", waited_s=2.0, what="x"),
+        ev(7.1, "fence", "launcher", t_fence=7.1, pid=11, host="h", role="ps", by="worker0", t_suspect=7.0,
+           waited_s=1.5),  # a hang nobody injected
+        ev(9.0, "usage", "worker0"),
+    ]
+    faults = fault_records(stream, lambda k: k["t_kill"], same)
+    assert [(f["kind"], f["planned"], f["pid"]) for f in faults] == [
+        ("hang", True, 10), ("unplanned", False, 12), ("unplanned", False, 11)]
+    hang, evaluator, unplanned_hang = faults
+    assert hang["_t_fence"] == 3.1
+    assert evaluator["_t"] == 5.0 and "without a word" in evaluator["evidence"]
+    assert unplanned_hang["_t"] == 5.5 and "fenced" in unplanned_hang["evidence"]  # when the suspected wait began
+
+
+def test_hang_and_slow_points_parse_with_their_length():
+    from launch.driver.kills import parse_kills
+
+    (hang,) = parse_kills(["30%~2s"], "ps", 10.0, "hang")
+    assert (hang.kind, hang.at_s, hang.for_s) == ("hang", 3.0, 2.0)
+    (forever,) = parse_kills(["point:apply"], "ps", None, "hang")
+    assert forever.point == "apply" and forever.for_s is None
+    (slow,) = parse_kills(["step:100~500ms"], "ps", None, "slow")
+    assert (slow.at_step, slow.for_s) == (100, 0.5)
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))
