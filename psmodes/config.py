@@ -395,6 +395,9 @@ class RunConfig:
             raise ConfigError("--kill-replica needs --mode chain or hybrid (only they have replicas)")
         if self.hang_replica and not self.n_replicas:
             raise ConfigError("--hang-replica needs --mode chain or hybrid (only they have replicas)")
+        if self.hang_replica and self.n_replicas > 1:
+            raise ConfigError("--hang-replica needs --replicas 1: the head suspects its successor, so a hang "
+                              "further down a longer chain would be blamed on a live replica (psmodes/suspicion.py)")
         if self.recovery == "job-restart" and not mode.supports_job_restart:
             raise ConfigError(f"--recovery job-restart needs --mode checkpoint (the restarted job resumes from "
                               f"the newest checkpoint), not --mode {self.mode}")

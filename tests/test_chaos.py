@@ -25,9 +25,14 @@ def test_plan_is_reproducible_and_valid(tmp_path):
     a = plan_trials(_args(seed=4, out=tmp_path / "a"))
     b = plan_trials(_args(seed=4, out=tmp_path / "b"))
     c = plan_trials(_args(seed=5, out=tmp_path / "c"))
-    key = lambda cs: [(x.mode, x.kill_ps, x.kill_replica, x.replicas, x.checkpoint_every, x.replay) for x in cs]  # noqa: E731
+    key = lambda ts: [(t.cfg.mode, t.cfg.kill_ps, t.cfg.kill_replica, t.cfg.hang_ps, t.cfg.slow_ps, t.outside,  # noqa: E731
+                       t.cfg.replicas, t.cfg.checkpoint_every, t.cfg.replay) for t in ts]
     assert key(a) == key(b) and key(a) != key(c)
-    assert len(a) == 15 and all(x.kill_ps or x.kill_replica for x in a)
+    assert len(a) == 15 and all(t.cfg.kill_ps or t.cfg.kill_replica or t.cfg.hang_ps or t.cfg.slow_ps or t.outside
+                                for t in a)
+    only = plan_trials(_args(seed=4, out=tmp_path / "d", kinds="pause"))
+    assert all(not t.cfg.kill_ps or t.cfg.kill_ps[-1].startswith("+") for t in only)
+    assert any("~" in h for t in only for h in t.cfg.hang_ps)
 
 
 def _trial(tmp_path, mode="chain", **cfg_kw):
@@ -51,7 +56,7 @@ def test_invariants_pass_on_a_good_trial(tmp_path):
     from launch.experiments.chaos import check_trial
 
     cfg, _ = _trial(tmp_path)
-    assert check_trial(cfg, _summary(recoveries=[{"kill": 0, "lost_steps": 0, "recovery_s": 1.0}]), 20) == []
+    assert check_trial(cfg, _summary(recoveries=[{"fault": 0, "lost_steps": 0, "recovery_s": 1.0}]), 20) == []
 
 
 def test_relaxed_chain_may_lose_the_state_in_flight(tmp_path):
@@ -59,14 +64,15 @@ def test_relaxed_chain_may_lose_the_state_in_flight(tmp_path):
     from launch.experiments.chaos import check_trial
 
     cfg, _ = _trial(tmp_path, "chain", replicate_every=5)
-    assert check_trial(cfg, _summary(recoveries=[{"kill": 0, "lost_steps": 9, "recovery_s": 1.0}]), 20) == []
+    assert check_trial(cfg, _summary(recoveries=[{"fault": 0, "lost_steps": 9, "recovery_s": 1.0}]), 20) == []
 
 
 @pytest.mark.parametrize("mode, cfg_kw, summary_kw, needle", [
-    ("chain", {}, {"recoveries": [{"kill": 0, "lost_steps": 1}]}, "chain: recovery after kill 0 lost 1"),
-    ("chain", {"replicate_every": 5}, {"recoveries": [{"kill": 0, "lost_steps": 10}]}, "allows 9"),
-    ("checkpoint", {"checkpoint_every": 10}, {"recoveries": [{"kill": 0, "lost_steps": 21}]}, "allows 20"),
-    ("checkpoint", {"checkpoint_every": 10, "checkpoint_sync": True}, {"recoveries": [{"kill": 0, "lost_steps": 11}]},
+    ("chain", {}, {"recoveries": [{"fault": 0, "kind": "kill", "lost_steps": 1}]},
+     "chain: recovery after fault 0 (kill) lost 1"),
+    ("chain", {"replicate_every": 5}, {"recoveries": [{"fault": 0, "lost_steps": 10}]}, "allows 9"),
+    ("checkpoint", {"checkpoint_every": 10}, {"recoveries": [{"fault": 0, "lost_steps": 21}]}, "allows 20"),
+    ("checkpoint", {"checkpoint_every": 10, "checkpoint_sync": True}, {"recoveries": [{"fault": 0, "lost_steps": 11}]},
      "allows 10"),
     ("stateless", {}, {"buffered_sent": 40, "buffered_applied": 20}, "40 buffered updates handed over, 20 applied"),
     ("chain", {}, {"final_accuracy": 0.70}, "accuracy: 0.700 at the end, 0.800 before the first kill"),
@@ -82,6 +88,31 @@ def test_invariants_catch_violations(tmp_path, mode, cfg_kw, summary_kw, needle)
     cfg, _ = _trial(tmp_path, mode, **cfg_kw)
     bad = check_trial(cfg, _summary(**summary_kw), 20)
     assert any(needle in b for b in bad), bad
+
+
+HANG = {"kind": "hang", "planned": True, "t_s": 4.0, "role": "ps", "pid": 7}
+
+
+@pytest.mark.parametrize("summary_kw, needle", [
+    ({"ps_heads": [{"who": "ps", "first_s": 0.0, "last_s": 6.0}, {"who": "ps-gen1", "first_s": 5.5, "last_s": 9.0}]},
+     "split brain: ps applied updates until 6.0 s, ps-gen1 from 5.5 s"),
+    ({"faults": [{**HANG, "for_s": None}]}, "hang: the hang at 4.0 s was never fenced"),
+    ({"faults": [{**HANG, "for_s": None, "fenced_s": 9.0}]}, "was fenced after 5.00 s"),
+    ({"faults": [{**HANG, "for_s": 0.5, "fenced_s": 7.0}]}, "a 0.5 s pause at 4.0 s was fenced"),
+    ({"faults": [{"kind": "unplanned", "planned": False, "t_s": 3.0, "role": "ps", "pid": 8,
+                  "evidence": "suspected by worker0 (x) and fenced"}]}, "false suspicion: ps (pid 8)"),
+])
+def test_fault_invariants_catch_violations(tmp_path, summary_kw, needle):
+    from launch.experiments.chaos import check_trial
+
+    cfg, _ = _trial(tmp_path, "checkpoint")  # --suspect-after 3 s
+    bad = check_trial(cfg, _summary(**summary_kw), 20)
+    assert any(needle in b for b in bad), bad
+    fine = {"faults": [{**HANG, "for_s": None, "fenced_s": 7.2}, {**HANG, "t_s": 8.0, "for_s": 0.5, "ended_s": 8.5}],
+            "ps_heads": [{"who": "ps", "first_s": 0.0, "last_s": 4.0}, {"who": "ps-gen1", "first_s": 9.0, "last_s": 12}]}
+    assert check_trial(cfg, _summary(**fine), 20) == []
+    unrecorded = check_trial(cfg, _summary(faults=[]), 20, outside_kills=[99])
+    assert any("pid 99" in b and "not a failure" in b for b in unrecorded), unrecorded
 
 
 def test_invariants_catch_a_torn_checkpoint_and_a_missing_summary(tmp_path):

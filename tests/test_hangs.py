@@ -109,6 +109,36 @@ def test_a_kill_from_outside_psbench_is_an_unplanned_failure(tmp_path):
     no_leftovers(out)
 
 
+@pytest.mark.slow
+def test_a_killed_launcher_leaves_no_stopped_process_behind(tmp_path):
+    """The PS stopped for good (nothing fences: --suspect-after 0), then the launcher SIGKILLed:
+    the stopped PS, the other ranks, mpirun and the hang script all go with it."""
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([*PSBENCH, "run", "--quiet", "--out", str(out), *SYN, "--mode", "checkpoint",
+                             "--duration", "30s", "--hang-ps", "2s", "--suspect-after", "0"], cwd=ROOT, env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not events(out, "hang", "launcher"):
+            assert time.monotonic() < deadline and proc.poll() is None, mpirun_log(out)
+            time.sleep(0.1)
+        (hang,) = events(out, "hang", "launcher")
+        time.sleep(0.5)
+        with open(f"/proc/{hang['pid']}/stat") as fh:
+            assert fh.read().split(")")[-1].split()[0] == "T", "the PS is not stopped"
+        proc.kill()
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    no_leftovers(out)
+    from launch.driver.faults import alive
+
+    assert not alive(hang["pid"])  # gone, or a zombie waiting for init
+
+
 # ---- the fault records on a made-up event stream (a unit test of launch/analysis/faults.py)
 def ev(t, kind, who, **fields):
     return {"t": t, "ev": kind, "who": who, **fields}

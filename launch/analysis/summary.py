@@ -11,7 +11,9 @@ updates have staleness 0), ``staleness_mean``, ``staleness_p99``,
 unplanned, ``planned``, ``t_s``, ``role``, ``pid``, ``evidence``, a hang's ``fenced_s`` /
 ``ended_s``; launch/analysis/faults.py), ``detections`` (per fault: ``fault``, its index,
 ``kind``, ``latency_s`` from the fault to the first rank that noticed, ``rank``, ``via``; a hang
-is noticed by a rank's suspicion), ``recoveries`` (``fault``, ``kind``, ``mode``, ``recovery_s``,
+is noticed by a rank's suspicion), ``ps_heads`` (each process that applied updates as the PS:
+``first_s``, ``last_s``), ``slowest_answer_s`` (the longest a live PS took to answer a worker),
+``recoveries`` (``fault``, ``kind``, ``mode``, ``recovery_s``,
 ``lost_steps``, ``idle_s``, ``buffered_updates``; under async every worker
 recovers on its own: recovery_s to the first worker's applied step, the
 largest lost_steps, the mean idle_s, the sum of buffered updates), plus a few
@@ -154,6 +156,7 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
         "wall_s": round(wall_s, 3) if wall_s else None,
         "kills": kills,
         "faults": [public(f, rel) for f in faults],
+        "ps_heads": ps_heads(by("update"), rel),
         "kills_not_reached": [e["at"] for e in by("kill_not_reached")],
         "detections": detections,
         "recoveries": recoveries,
@@ -242,6 +245,16 @@ def job_restart_recovery(events: list[dict], cfg: RunConfig, i: int, tk: float, 
             "idle_s": down, "buffered_updates": 0, "dropped_updates": 0, "workers": cfg.workers,
             "restart_s": round(restart["t_restart"] - exits[0]["t_exit"], 3) if exits else None,
             "resumed_from": resume["from_version"], "attempt": restart["attempt"]}, det
+
+
+def ps_heads(updates: list[dict], rel) -> list[dict]:
+    """Each process that applied updates as the PS, with the first and last it recorded (every
+    10th update): two heads whose spans overlap applied updates at the same time (a split brain)."""
+    spans: dict[str, list[float]] = {}
+    for e in updates:
+        spans.setdefault(e["who"], [e["t"], e["t"]])[1] = e["t"]
+    return [{"who": who, "first_s": rel(a), "last_s": rel(b)} for who, (a, b) in sorted(spans.items(),
+                                                                                       key=lambda kv: kv[1][0])]
 
 
 def public(fault: dict, rel) -> dict:

@@ -43,6 +43,7 @@ from psmodes.suspicion import FENCER_ENV
 
 from .hosts import in_slurm, is_local
 from .kills import KillPoint, schedule
+from .lifetime import die_with
 
 
 def rank_env(cfg) -> dict[str, str]:
@@ -342,7 +343,7 @@ class Injector:
                                          f"{SLOW_PERIOD_S - stop:.3f}"]
         proc = subprocess.Popen(script_command(route, info["host"], script, args), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=die_with(os.getpid()))
         self.running.append((proc, {"pid": info["pid"], "host": info["host"], "kind": point.kind,
                                     "for_s": point.for_s, "at": point.spec}))
         return {"how": route}

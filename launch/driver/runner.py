@@ -6,15 +6,15 @@ The run directory is complete when ``summary.json`` exists; until then it
 holds ``config.json``, ``command.txt``, ``mpirun.log`` and the event streams
 recorded so far, which stay readable whatever happens.
 
-mpirun is started with PR_SET_PDEATHSIG (Linux): if the launcher is SIGKILLed,
-mpirun gets SIGKILL too and its ranks follow theirs (psmodes.main), so a
-killed launcher (``psbench run`` or a sweep) leaves no orphan job behind.
+mpirun is started with PR_SET_PDEATHSIG (:mod:`launch.driver.lifetime`): if the
+launcher is SIGKILLed, mpirun gets SIGKILL too and its ranks follow theirs
+(psmodes.main), SIGKILL too, which a stopped (hung) rank cannot defer, so a killed
+launcher (``psbench run`` or a sweep) leaves no orphan job behind.
 
 With ``--recovery job-restart`` one run may be several jobs: see :func:`run_job`.
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import shlex
@@ -33,6 +33,7 @@ from psmodes.events import EventLog
 from ..analysis.runreport import write_run_report
 from ..analysis.summary import summarize, write_summary
 from . import crashes
+from .lifetime import die_with
 from .faults import Injector, close_ssh_masters, kill_route, measure_offset, rank_env, with_rank_env
 from .hosts import is_local, placement_of
 from .kills import schedule
@@ -71,25 +72,6 @@ class EventTail:
                     except ValueError:
                         pass
         return out
-
-
-try:  # loaded before any fork: the child of Popen only calls prctl
-    _LIBC = ctypes.CDLL("libc.so.6", use_errno=True) if sys.platform.startswith("linux") else None
-except OSError:
-    _LIBC = None
-PR_SET_PDEATHSIG = 1
-
-
-def _die_with(parent_pid: int):
-    """preexec_fn for mpirun: SIGKILL it when the launcher dies (Linux)."""
-
-    def preexec() -> None:
-        if _LIBC is not None:
-            _LIBC.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
-            if os.getppid() != parent_pid:  # the launcher died before prctl took effect
-                os._exit(1)
-
-    return preexec
 
 
 def measure_offsets(cfg: RunConfig, placement, log) -> None:
@@ -178,7 +160,7 @@ def start(cmd: list[str], run_dir: Path, cfg: RunConfig, attempt: int) -> subpro
             out.flush()
         return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**mpirun_env(cfg), **rank_env(cfg)},
                                 start_new_session=True, stdin=subprocess.DEVNULL,
-                                preexec_fn=_die_with(os.getpid()))
+                                preexec_fn=die_with(os.getpid()))
 
 
 def restartable(cfg: RunConfig, watch: "Watch", injector: Injector, t_attempt: float, attempt: int) -> bool:

@@ -1,15 +1,20 @@
-"""``psbench chaos``: randomised kill trials with invariants checked after every trial.
+"""``psbench chaos``: randomised fault trials with invariants checked after every trial.
 
     psbench chaos --mode chain --trials 20 --seed 1
     psbench chaos --mode checkpoint,chain,stateless --trials 50 --seed 7 --benchmark synthetic
+    psbench chaos --mode stateless --trials 10 --kinds hang,pause
 
 Each trial is one real run (:func:`launch.driver.runner.run_job`: mpirun, ULFM, real
-SIGKILLs) whose kills are drawn from ``--seed``: one or two PS kills at random
-times (chain: sometimes the tail replica instead; sometimes a second kill 0-50
-ms after the first, closer than the failure detection), and random mode
-parameters (checkpoint interval and sync writes, chain length and replication
-interval, stateless replay policy). After every trial the run directory is
-checked against these invariants:
+signals) whose faults are drawn from ``--seed``: one or two at random times (chain:
+sometimes at the tail replica instead; sometimes a second kill 0-50 ms after the
+first, closer than the failure detection), and random mode parameters (checkpoint
+interval and sync writes, chain length and replication interval, stateless replay
+policy). Each fault at the PS is of a kind drawn from ``--kinds``: ``kill``
+(SIGKILL), ``hang`` (SIGSTOP until fenced), ``pause`` (SIGSTOP, continued well
+before ``--suspect-after``), ``slow`` (a slow phase of 1-3 s, factor 2 or 4) and
+``outside`` (a SIGKILL sent by chaos itself, not through psbench's injector: an
+unplanned death). After every trial the run directory is checked against these
+invariants:
 
 - ``deadline``: the run completed or failed cleanly (a recorded reason) within
   its deadline; the launcher's watchdog enforces the deadline, hitting it is a
@@ -29,10 +34,17 @@ checked against these invariants:
   accuracy they promise to keep minus ``--tolerance`` (default 0.05): the last
   one measured at or before the step the recovery resumed from (the first
   recovery's lost steps before the kill). ``stateless`` changes the model by
-  replaying (the study's point) and ``none`` ends the run, so neither promises it.
+  replaying (the study's point) and ``none`` ends the run, so neither promises it;
+- ``split brain``: no two PS processes applied updates in the same interval
+  (``ps_heads``);
+- ``hang``: every hang that did not end by itself was fenced within
+  ``--suspect-after`` + 1.5 s; a pause that ended was not fenced; no process was
+  fenced that nobody hung (a false suspicion);
+- ``unplanned``: every kill from outside is in ``faults`` as an unplanned failure.
 
-It prints one row per mode: trials, kills, survived (completed), invariant
-violations (must be 0), slowest recovery; then every violation. Exit status 1
+It prints one row per mode: trials, faults by kind, survived (completed), invariant
+violations (must be 0), slowest recovery; a row per kind of fault: detection
+p50/p95, recovery p50, lost steps; then every violation. Exit status 1
 when any invariant was violated, 2 for bad input (nothing started).
 ``<out>/chaos.json`` keeps every trial's kills, outcome and violations.
 """
@@ -41,15 +53,24 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import os
 import random
+import signal
 import sys
+import threading
 import time
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 import psutil
 
 from psmodes.atomic import write_text_atomic
 from psmodes.config import MODES, ConfigError, RunConfig
+from psmodes.events import read_events
+from psmodes.pidfiles import read_pid_file
 
 from ..analysis.lazy import frame
 from ..driver.kills import schedule
@@ -57,6 +78,14 @@ from ..driver.options import add_option, run_options
 from ..driver.runner import INTERRUPTED, run_job
 
 ACCURACY_TOLERANCE = 0.05
+KINDS = ("kill", "hang", "pause", "slow", "outside")
+FENCE_MARGIN_S = 1.5  # a hang is fenced within --suspect-after of the wait it stops, plus a step and a poll
+
+
+@dataclass
+class Trial:
+    cfg: RunConfig
+    outside: list[float] = field(default_factory=list)  # seconds into training: chaos's own SIGKILLs of the PS
 
 
 def add_chaos_parser(sub) -> None:
@@ -73,14 +102,15 @@ def add_chaos_parser(sub) -> None:
     add_option(p, run["model_params"], default=200_000)
     add_option(p, run["consistency"], help="sync, async or bounded:S")
     add_option(p, run["restart_delay"], default="1s")
-    p.add_argument("--max-kills", type=int, default=2, help="kills per trial: 1 to this many")
+    p.add_argument("--max-kills", type=int, default=2, help="faults per trial: 1 to this many")
+    p.add_argument("--kinds", default=",".join(KINDS), help=f"kinds of fault drawn for the PS: {', '.join(KINDS)}")
     p.add_argument("--tolerance", type=float, default=ACCURACY_TOLERANCE,
                    help="largest accuracy drop allowed after recovery (checkpoint, chain)")
     p.add_argument("--out", help="folder of the trials (default: runs/chaos-<time>)")
     p.add_argument("--quiet", action="store_true", help="only the table")
 
 
-def plan_trials(a: argparse.Namespace) -> list[RunConfig]:
+def plan_trials(a: argparse.Namespace) -> list[Trial]:
     """Every trial's configuration, drawn from the seed and validated before anything starts."""
     modes = [m.strip() for m in str(a.mode).split(",") if m.strip()]
     for m in modes:
@@ -98,13 +128,19 @@ def plan_trials(a: argparse.Namespace) -> list[RunConfig]:
         raise ConfigError(f"--max-kills must be >= 1, got {a.max_kills}")
     if not 0 <= a.tolerance < 1:
         raise ConfigError(f"--tolerance must be in [0, 1), got {a.tolerance}")
+    kinds = [k.strip() for k in str(a.kinds).split(",") if k.strip()]
+    for k in kinds:
+        if k not in KINDS:
+            raise ConfigError(f"--kinds: unknown kind {k!r}; choose from: {', '.join(KINDS)}")
+    if not kinds:
+        raise ConfigError("--kinds: give at least one kind")
     run = run_options()
     duration = run["duration"].to_field(a.duration)
     restart_delay = run["restart_delay"].to_field(a.restart_delay)
     out = Path(a.out) if a.out else Path("runs") / f"chaos-{time.strftime('%Y%m%d-%H%M%S')}"
     if out.exists() and any(out.glob("*/trial-*")):
         raise ConfigError(f"{out} already holds chaos trials; choose another --out")
-    configs = []
+    trials = []
     for mode in modes:
         for i in range(a.trials):
             rng = random.Random(f"{a.seed}/{mode}/{i}")
@@ -112,10 +148,11 @@ def plan_trials(a: argparse.Namespace) -> list[RunConfig]:
                             duration_s=duration, seed=a.seed * 1000 + i, model_params=a.model_params,
                             eval_interval_s=max(0.5, duration / 10), restart_delay_s=restart_delay)
             _draw(cfg, rng, duration, a.max_kills)
+            trial = Trial(cfg, _draw_kinds(cfg, rng, kinds))
             cfg.run_dir = str((out / mode / f"trial-{i:03d}").resolve())
             _validate(cfg)
-            configs.append(cfg)
-    return configs
+            trials.append(trial)
+    return trials
 
 
 def _draw(cfg: RunConfig, rng: random.Random, duration: float, max_kills: int) -> None:
@@ -127,6 +164,63 @@ def _draw(cfg: RunConfig, rng: random.Random, duration: float, max_kills: int) -
     cfg.recovery_mode.chaos_draw(cfg, rng, specs)  # the mode's options, and which role each kill aims at
 
 
+def _draw_kinds(cfg: RunConfig, rng: random.Random, kinds: list[str]) -> list[float]:
+    """Turn the PS kills into the drawn kinds; returns the times of the kills from outside.
+    A schedule with a relative kill (+DUR, after the previous kill) stays all kills."""
+    if any(s.startswith("+") for s in cfg.kill_ps):
+        return []
+    outside, kills = [], []
+    pause = cfg.suspect_after_s * 0.3 if cfg.suspect_after_s else 1.0
+    for spec in cfg.kill_ps:
+        kind = rng.choice(kinds)
+        if kind == "hang":
+            cfg.hang_ps.append(spec)
+        elif kind == "pause":
+            cfg.hang_ps.append(f"{spec}~{pause:.2f}s")
+        elif kind == "slow":
+            cfg.slow_ps.append(f"{spec}~{rng.uniform(1.0, 3.0):.1f}s")
+            cfg.slow_factor = rng.choice([2.0, 4.0])
+        elif kind == "outside":
+            outside.append(float(spec.rstrip("s")))
+        else:
+            kills.append(spec)
+    cfg.kill_ps = kills
+    return outside
+
+
+class OutsideKiller(threading.Thread):
+    """SIGKILLs the PS of a run at given times, not through psbench's injector (nothing in the
+    run's events says so): the run must record the death itself as an unplanned failure."""
+
+    def __init__(self, run_dir: Path, times: list[float], deadline_s: float) -> None:
+        super().__init__(daemon=True, name="outside-killer")
+        self.run_dir, self.times, self.deadline = Path(run_dir), sorted(times), time.monotonic() + deadline_s
+        self.killed: list[int] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        t0 = None
+        while t0 is None and not self.stop.wait(0.05):
+            if time.monotonic() > self.deadline:
+                return
+            t0 = next((e["t0_ms"] / 1000 for e in read_events(self.run_dir / "events" / "ps.jsonl")
+                       if e["ev"] == "train_start"), None)
+        for at in self.times:
+            while not self.stop.wait(0.02) and time.monotonic() < self.deadline:
+                info = read_pid_file(self.run_dir, "ps")
+                if time.time() >= t0 + at and info and info["pid"] not in self.killed and _alive(info["pid"]):
+                    os.kill(int(info["pid"]), signal.SIGKILL)
+                    self.killed.append(int(info["pid"]))
+                    break
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(int(pid)).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_STOPPED)
+    except psutil.NoSuchProcess:
+        return False
+
+
 def _validate(cfg: RunConfig) -> None:
     cfg.validate()
     schedule(cfg)
@@ -134,8 +228,9 @@ def _validate(cfg: RunConfig) -> None:
 
 # ---- invariants
 def check_trial(cfg: RunConfig, summary: dict | None, wall_s: float,
-                tolerance: float = ACCURACY_TOLERANCE) -> list[str]:
-    """The invariants of one finished trial; each violation is one line."""
+                tolerance: float = ACCURACY_TOLERANCE, outside_kills: list[int] = ()) -> list[str]:
+    """The invariants of one finished trial; each violation is one line. ``outside_kills``:
+    the pids chaos killed itself."""
     run_dir = Path(cfg.run_dir)
     bad: list[str] = []
     left = leftover_processes(run_dir)
@@ -184,13 +279,45 @@ def check_trial(cfg: RunConfig, summary: dict | None, wall_s: float,
         if before is not None and final is not None and final < before - tolerance:
             what = "before the first kill" if not lost else f"at the state it resumed from ({lost} steps before the kill)"
             bad.append(f"accuracy: {final:.3f} at the end, {before:.3f} {what} (tolerance {tolerance})")
+    return bad + check_faults(cfg, summary, outside_kills)
+
+
+def check_faults(cfg: RunConfig, summary: dict, outside_kills: list[int] = ()) -> list[str]:
+    """Split brain, hangs fenced in time and pauses ridden out, unplanned deaths recorded."""
+    bad = []
+    heads = sorted(summary.get("ps_heads") or [], key=lambda h: h["first_s"])
+    for a, b in zip(heads, heads[1:]):
+        if b["first_s"] < a["last_s"]:
+            bad.append(f"split brain: {a['who']} applied updates until {a['last_s']} s, "
+                       f"{b['who']} from {b['first_s']} s")
+    faults = summary.get("faults") or []
+    suspect = cfg.suspect_after_s
+    for f in faults:
+        if f["kind"] != "hang" or not f.get("planned"):
+            continue
+        ends = f.get("for_s") is not None and (not suspect or f["for_s"] < suspect * 0.5)
+        if ends and f.get("fenced_s") is not None:
+            bad.append(f"hang: a {f['for_s']} s pause at {f['t_s']} s was fenced (--suspect-after {suspect:g}s)")
+        elif not ends and suspect and f.get("ended_s") is None:
+            took = (f["fenced_s"] - f["t_s"]) if f.get("fenced_s") is not None else None
+            if took is None or took > suspect + FENCE_MARGIN_S:
+                bad.append(f"hang: the hang at {f['t_s']} s was " + ("never fenced" if took is None else
+                           f"fenced after {took:.2f} s") + f" (--suspect-after {suspect:g}s)")
+    for f in faults:
+        if f["kind"] == "unplanned" and "fenced" in str(f.get("evidence")):
+            bad.append(f"false suspicion: {f['role']} (pid {f['pid']}) was fenced and nobody had hung it "
+                       f"({f['evidence']})")
+    recorded = {f["pid"] for f in faults if f["kind"] == "unplanned"}
+    for pid in outside_kills:
+        if pid not in recorded:
+            bad.append(f"unplanned: the PS (pid {pid}) killed from outside is not a failure in summary.json")
     return bad
 
 
 def accuracy_before_first_kill(summary: dict, lost_steps: int = 0) -> float | None:
     """The last accuracy measured before the first kill, at a PS step no later than the
     step reached at the kill minus ``lost_steps`` (checkpoint: the state it resumed from)."""
-    kills = summary.get("kills") or []
+    kills = took_down(summary)
     if not kills:
         return None
     t_kill = min(k["t_s"] for k in kills)
@@ -202,6 +329,14 @@ def accuracy_before_first_kill(summary: dict, lost_steps: int = 0) -> float | No
         kept = [acc for step, acc in before if step <= step_at_kill - lost_steps]
         return kept[-1] if kept else None
     return before[-1][1]
+
+
+def took_down(summary: dict) -> list[dict]:
+    """The failures that took a process down: kills, unplanned deaths and fenced hangs (not a
+    pause that ended, not a slow phase). A summary without ``faults`` has only its kills."""
+    if "faults" not in summary:
+        return summary.get("kills") or []
+    return [f for f in summary["faults"] if f["kind"] in ("kill", "unplanned") or f.get("fenced_s") is not None]
 
 
 def leftover_processes(run_dir: Path, grace_s: float = 5.0) -> list[int]:
@@ -230,18 +365,24 @@ def leftover_processes(run_dir: Path, grace_s: float = 5.0) -> list[int]:
 
 # ---- the command
 def cmd_chaos(a: argparse.Namespace) -> int:
-    configs = plan_trials(a)
-    out = Path(configs[0].run_dir).parent.parent
+    trials = plan_trials(a)
+    out = Path(trials[0].cfg.run_dir).parent.parent
     out.mkdir(parents=True, exist_ok=True)
     results = []
     interrupted = False
-    for n, cfg in enumerate(configs, start=1):
+    for n, trial in enumerate(trials, start=1):
+        cfg = trial.cfg
         t0 = time.time()
         summary, crash = None, None
+        killer = OutsideKiller(Path(cfg.run_dir), trial.outside, cfg.resolved_deadline())
+        if trial.outside:
+            killer.start()
         try:
             summary = run_job(cfg, quiet=True)
         except Exception as exc:  # noqa: BLE001 - a launcher crash is a finding, not the end of the trials
             crash = f"launcher: {type(exc).__name__}: {exc}"
+        finally:
+            killer.stop.set()
         wall = time.time() - t0
         if summary is not None and summary.get("exit_reason") == INTERRUPTED:
             # Ctrl-C (or SIGTERM) ends the trials, not just the one running: it is not counted
@@ -249,25 +390,38 @@ def cmd_chaos(a: argparse.Namespace) -> int:
                   f"{len(results)} trial(s) finished", file=sys.stderr, flush=True)
             interrupted = True
             break
-        bad = check_trial(cfg, summary, wall, a.tolerance)
+        bad = check_trial(cfg, summary, wall, a.tolerance, killer.killed)
         if crash:
             bad.insert(0, crash)
         summary = summary or {}
         row = {"mode": cfg.mode, "trial": Path(cfg.run_dir).name, "run_dir": cfg.run_dir, "seed": cfg.seed,
-               "kill_ps": cfg.kill_ps, "kill_replica": cfg.kill_replica, "kills": len(summary.get("kills") or []),
+               "kill_ps": cfg.kill_ps, "kill_replica": cfg.kill_replica, "hang_ps": cfg.hang_ps,
+               "slow_ps": cfg.slow_ps, "outside": trial.outside, "outside_killed": killer.killed,
+               "kills": len(summary.get("kills") or []),
+               "faults": [{k: f.get(k) for k in ("kind", "planned", "t_s", "for_s", "fenced_s", "ended_s")}
+                          for f in summary.get("faults") or []],
+               "detections": [{"kind": d.get("kind"), "latency_s": d["latency_s"]}
+                              for d in summary.get("detections") or []],
+               "recoveries": [{"kind": r.get("kind"), "recovery_s": r["recovery_s"], "lost_steps": r["lost_steps"]}
+                              for r in summary.get("recoveries") or []],
+               "slowest_answer_s": summary.get("slowest_answer_s"),
                "completed": bool(summary.get("completed")), "exit_reason": summary.get("exit_reason"),
                "recovery_s": max([r["recovery_s"] for r in summary.get("recoveries") or []], default=None),
                "lost_steps": [r["lost_steps"] for r in summary.get("recoveries") or []],
                "params": cfg.recovery_mode.describe(cfg), "wall_s": round(wall, 1), "violations": bad}
         results.append(row)
         if not a.quiet:
-            kills = ", ".join(cfg.kill_ps + [f"replica:{k}" for k in cfg.kill_replica])
+            faults = ", ".join(cfg.kill_ps + [f"replica:{k}" for k in cfg.kill_replica]
+                               + [f"hang:{h}" for h in cfg.hang_ps] + [f"slow:{x}" for x in cfg.slow_ps]
+                               + [f"outside:{t:g}s" for t in trial.outside])
             verdict = "ok" if not bad else f"{len(bad)} VIOLATION(S): " + "; ".join(bad)
-            print(f"[{n}/{len(configs)}] {cfg.mode} {row['trial']} ({row['params']}; kills {kills}): "
+            print(f"[{n}/{len(trials)}] {cfg.mode} {row['trial']} ({row['params']}; faults {faults}): "
                   f"{'completed' if row['completed'] else 'failed: ' + str(row['exit_reason'])[:80]}, "
-                  f"{row['kills']} kill(s), {wall:.0f} s - {verdict}", file=sys.stderr, flush=True)
+                  f"{len(row['faults'])} fault(s), {wall:.0f} s - {verdict}", file=sys.stderr, flush=True)
         write_text_atomic(out / "chaos.json", json.dumps({"argv": sys.argv, "trials": results}, indent=2) + "\n")
     print(table(results))
+    print()
+    print(kinds_table(results))
     violations = [(r["mode"], r["trial"], v) for r in results for v in r["violations"]]
     for mode, trial, v in violations:
         print(f"VIOLATION {mode}/{trial}: {v}")
@@ -280,8 +434,30 @@ def table(results: list[dict]) -> str:
     for mode in dict.fromkeys(r["mode"] for r in results):
         rs = [r for r in results if r["mode"] == mode]
         slowest = max([r["recovery_s"] for r in rs if r["recovery_s"] is not None], default=None)
-        rows.append({"mode": mode, "trials": len(rs), "kills": sum(r["kills"] for r in rs),
+        kinds = Counter(f["kind"] if f.get("planned", True) else "unplanned" for r in rs for f in r.get("faults", []))
+        rows.append({"mode": mode, "trials": len(rs),
+                     "faults": ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "-",
                      "survived": sum(r["completed"] for r in rs),
                      "invariant violations": sum(len(r["violations"]) for r in rs),
                      "slowest recovery (s)": round(slowest, 2) if slowest is not None else "-"})
     return frame(rows).to_markdown(index=False)
+
+
+def kinds_table(results: list[dict]) -> str:
+    """Per kind of fault, over every trial: how many, detection p50/p95, recovery p50, lost steps."""
+    rows = []
+    faults = Counter(f["kind"] for r in results for f in r.get("faults", []))
+    for kind in sorted(faults):
+        det = [d["latency_s"] for r in results for d in r.get("detections", []) if d["kind"] == kind]
+        rec = [x["recovery_s"] for r in results for x in r.get("recoveries", []) if x["kind"] == kind]
+        lost = [x["lost_steps"] for r in results for x in r.get("recoveries", []) if x["kind"] == kind]
+        pct = lambda xs, q: round(float(np.percentile(xs, q)), 3) if xs else "-"  # noqa: E731
+        rows.append({"kind": kind, "faults": faults[kind], "detected": len(det), "detection p50 (s)": pct(det, 50),
+                     "detection p95 (s)": pct(det, 95), "recovered": len(rec), "recovery p50 (s)": pct(rec, 50),
+                     "lost steps max": max(lost, default="-")})
+    # what --suspect-after must stay above: trials without a pause or a slow phase (those answer late on purpose)
+    answers = [r["slowest_answer_s"] for r in results if r.get("slowest_answer_s") is not None
+               and not any(f["kind"] in ("hang", "slow") for f in r.get("faults", []))]
+    note = (f"\n\nslowest answer of a live PS (trials without a hang or slow phase): {max(answers):.3f} s"
+            if answers else "")
+    return (frame(rows).to_markdown(index=False) if rows else "no faults") + note

@@ -109,17 +109,19 @@ def replicate(server, wait_ack: bool, ack: bool | None = None, fresh: bool = Fal
     ctx, c, opt = server.ctx, server.ctx.cluster, server.opt
     if not c.replicas:
         return
+    # a successor that does not take the previous state is suspected in half the workers' time, so
+    # that they do not blame the head that waits for it (psmodes.suspicion)
+    after = ctx.cfg.suspect_after_s / 2
+    suspect = None if fresh else Suspicion(ctx, c.replicas[0], "the previous state's delivery", after)
     tp.wait(server.repl_sends.on(c.world), ctx.peer_timeout, "previous replication", on_idle=ctx.idle,
-            watch=ctx.death_watch())
+            watch=ctx.death_watch(), suspect=suspect)
     opt.pack(server.repl_buf)
     state = State(opt.version, wait_ack if ack is None else ack, server.t0_ms)
     server.repl_sends.post(c.world, tp.isend(c.world, state, server.repl_buf.numpy(), c.replicas[0], tp.TAG_CHAIN))
     killpoints.reached("chain_forward", ctx, version=opt.version)
     if wait_ack:
-        # a hung successor is suspected in half the workers' time, so that they do not blame the head
-        # that waits for it (psmodes.suspicion); with R > 1 a hang further down is blamed on it too
-        suspect = None if fresh else Suspicion(ctx, c.replicas[0], "the chain's acknowledgement",
-                                               ctx.cfg.suspect_after_s / 2)
+        # with R > 1 a hang further down the chain is blamed on the successor too (a false suspicion)
+        suspect = None if fresh else Suspicion(ctx, c.replicas[0], "the chain's acknowledgement", after)
         tp.wait(server.repl_sends.on(c.world), ctx.peer_timeout, "replicate to the chain", on_idle=ctx.idle,
                 watch=ctx.death_watch(), suspect=suspect)
         ack, _ = tp.recv(c.world, MPI.ANY_SOURCE, tp.TAG_ACK, ctx.peer_timeout, "tail acknowledges", Ack,
