@@ -280,6 +280,9 @@ class RunConfig:
                                      group="faults", metavar="AT[~DUR][,...]")
     slow_ps: list[str] = option([], "--slow-ps", "slow the PS down by --slow-factor for DUR from AT (stopped and "
                                 "continued on a duty cycle), e.g. 30%%~10s", group="faults", metavar="AT~DUR[,...]")
+    partition_ps: list[str] = option([], "--partition-ps", "cut the PS's host off the network for DUR from AT (its "
+                                     "link to the launcher's host down; needs root there and the PS on another "
+                                     "host), e.g. 30%%~5s", group="faults", metavar="AT~DUR[,...]")
     slow_factor: float = option(4.0, "--slow-factor", "--slow-ps: the PS runs 1/FACTOR of the time", group="faults",
                                 type=float, check=at_least_one)
     suspect_after_s: float = option(3.0, "--suspect-after", "a PS or replica that has not answered a wait that "
@@ -374,7 +377,7 @@ class RunConfig:
             return self.deadline_s
         base = self.duration_s if self.duration_s else max(60.0, (self.steps or 0) * 0.2)
         faults = sum(len(v) for v in (self.kill_ps, self.kill_replica, self.kill_worker, self.hang_ps,
-                                      self.hang_replica, self.slow_ps))
+                                      self.hang_replica, self.slow_ps, self.partition_ps))
         return base * 2 + 120 + faults * (self.restart_delay_s + 30)
 
     # ---- validation

@@ -59,7 +59,9 @@ class Ev(StrEnum):
     HANG = "hang"                      # SIGSTOP sent: role, pid, host, at, for_s (None: until fenced)
     CONTINUED = "continued"            # the SIGCONT that ended a hang (or a slow phase)
     SLOW = "slow"                      # a slow phase began: role, pid, host, for_s, factor
+    PARTITION = "partition"            # the target's host cut off for for_s: host, link, peer
     FENCE = "fence"                    # a suspect SIGKILLed: pid, host, role, how (launcher or self), suspect
+    FENCE_REFUSED = "fence_refused"    # a suspicion not acted on: its rank's host did not answer (cut off)
     KILL_FAILED = "kill_failed"        # a kill that could not be sent
     KILL_NOT_REACHED = "kill_not_reached"  # a scheduled kill whose time or step never came
     CRASH = "crash"                    # a rank's crash report read from mpirun.log

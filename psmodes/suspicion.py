@@ -66,7 +66,7 @@ def suspect(ctx, role: str, what: str, waited_s: float) -> dict | None:
         return None
     rec = ctx.log.emit(Ev.SUSPECT, role=role, what=what, waited_s=round(waited_s, 3), pid=info["pid"],
                        host=info["host"], generation=info.get("generation"), t_suspect=time.time(),
-                       by=ctx.cluster.me.label)
+                       by=ctx.cluster.me.label, by_host=socket.gethostname())
     if os.environ.get(FENCER_ENV) != "launcher" and info["host"] == socket.gethostname():
         try:
             os.kill(int(info["pid"]), signal.SIGKILL)

@@ -8,6 +8,7 @@ Kinds:
 - ``hang``: a SIGSTOP (``--hang-ps``); ``ended_s`` when it was continued, ``fenced_s``
   when a rank suspected it and the launcher SIGKILLed it (:mod:`psmodes.suspicion`);
 - ``slow``: a slow phase (``--slow-ps``), which the ranks should ride out;
+- ``partition``: the PS's host cut off the network for a while (``--partition-ps``);
 - ``unplanned`` (``planned: false``): a failure no injector event explains. Three kinds
   of evidence: a fence of a process nobody hung (a hang that happened by itself; its time
   is when the wait that suspected it began), a crash report in ``mpirun.log``, and a
@@ -36,9 +37,6 @@ def fault_records(events: list[dict], kill_time, to_launcher) -> list[dict]:
     for e in hangs:
         rec = _record("hang", True, e["t_hang"], e, f"SIGSTOP at {e.get('at')}")
         rec["for_s"] = e.get("for_s")
-        fence = next((f for f in fences if (f["pid"], f["host"]) == (e["pid"], e["host"]) and f["t"] >= e["t"]), None)
-        if fence is not None:
-            rec["_t_fence"] = fence.get("t_fence", fence["t"])
         cont = next((c for c in by("continued", "launcher") if (c["pid"], c["host"]) == (e["pid"], e["host"])
                      and c["t"] >= e["t"] and c.get("kind") == "hang"), None)
         if cont is not None:
@@ -48,13 +46,21 @@ def fault_records(events: list[dict], kill_time, to_launcher) -> list[dict]:
         rec = _record("slow", True, e["t_slow"], e, f"slowed x{e.get('factor')} at {e.get('at')}")
         rec["for_s"] = e.get("for_s")
         out.append(rec)
-    hung = {(e["pid"], e["host"]) for e in hangs}
-    for f in fences:
-        if (f["pid"], f["host"]) in hung:
+    for e in by("partition", "launcher"):
+        rec = _record("partition", True, e["t_partition"], e, f"{e['host']} cut off ({e.get('link')} down) "
+                      f"at {e.get('at')}")
+        rec["for_s"] = e.get("for_s")
+        out.append(rec)
+    for f in fences:  # a fence of a process we hung, slowed or cut off belongs to that fault
+        landed = kill_time({**f, "t_kill": f.get("t_fence", f["t"])})  # a remote one: when it was carried out
+        mine = [r for r in out if r["kind"] in ("hang", "slow", "partition") and (r["pid"], r["host"]) ==
+                (f["pid"], f["host"]) and r["_t"] <= landed]
+        if mine:
+            mine[-1]["_t_fence"] = landed
             continue
         began = to_launcher(f.get("t_suspect", f["t"]), f.get("by") or "launcher") - (f.get("waited_s") or 0)
         rec = _record("unplanned", False, began, f, f"suspected by {f.get('by')} ({f.get('what')}) and fenced")
-        rec["_t_fence"] = f.get("t_fence", f["t"])
+        rec["_t_fence"] = kill_time({**f, "t_kill": f.get("t_fence", f["t"])})
         out.append(rec)
     ours = {(e["pid"], _short(e["host"])) for e in by("kill", "launcher") + fences}
     crashed = set()

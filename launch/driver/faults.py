@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 import selectors
 import shlex
+import socket
 import signal
 import subprocess
 import time
@@ -82,7 +83,18 @@ HANG_SCRIPT = 'date +%s.%N && kill -STOP "$1" && { [ -z "$2" ] || { sleep "$2" &
 # $1 pid, $2 cycles, $3 stopped and $4 running seconds of each: a PS that runs a share of the time
 SLOW_SCRIPT = ('date +%s.%N; i=0; while [ "$i" -lt "$2" ] && kill -STOP "$1" 2>/dev/null; do '
                'sleep "$3"; kill -CONT "$1" || exit 1; sleep "$4"; i=$((i + 1)); done; exit 0')
+FENCE_ATTEMPT_S = 10.0  # a remote fence not done by then is given up and tried again
+FENCE_RETRY_S = 1.0
+FENCE_PROBE_S = 2.0  # the suspecting rank's host must answer this fast for its suspicion to count
 SLOW_PERIOD_S = 0.2  # one stop-and-continue cycle: far below any --suspect-after
+# $1 a peer host, $2 seconds: the link this host reaches the peer by goes down for $2 s. Detached
+# (setsid): the ssh session that started it is cut off with the rest; prints the clock and the link
+PARTITION_SCRIPT = (
+    'addr=$(getent ahostsv4 "$1" | head -n1 | cut -d" " -f1); '
+    'dev=$(ip -o route get "$addr" | sed -n "s/.* dev \\([^ ]*\\).*/\\1/p"); '
+    '[ -n "$dev" ] || { echo "no route to $1" >&2; exit 3; }; date +%s.%N; echo "$dev"; '
+    'setsid sh -c \'ip link set "$1" down; sleep "$2"; ip link set "$1" up\' sh "$dev" "$2" '
+    '</dev/null >/dev/null 2>&1 &')
 
 
 def kill_route(host: str, kill_via: str = "auto", env: dict | None = None) -> str:
@@ -226,8 +238,9 @@ class Injector:
     ``faults``: every record of a fault sent (kills, hangs, slow phases), in order."""
 
     def __init__(self, run_dir: Path, points: list[KillPoint], log, kill_via: str = "auto",
-                 slow_factor: float = 4.0) -> None:
+                 slow_factor: float = 4.0, peer_host: str | None = None) -> None:
         self.run_dir = Path(run_dir)
+        self.peer_host = peer_host  # a partition cuts the target's host off from this one (the launcher's)
         self.kill_via = kill_via
         self.slow_factor = slow_factor
         self.points = points
@@ -237,6 +250,7 @@ class Injector:
         self.fenced: list[dict] = []
         self.faults: list[dict] = []
         self.running: list[tuple[subprocess.Popen, dict]] = []  # hang and slow scripts, with their records
+        self.fencing: dict[tuple[int, str], dict] = {}  # remote fences on their way
 
     def urgent(self) -> bool:
         """A relative kill (+DUR) is next: the launcher's loop polls fast."""
@@ -260,24 +274,92 @@ class Injector:
         self._fire(info, match, None, event.get("version"), extra={"point": event.get("point")})
 
     def fence(self, suspect: dict) -> None:
-        """SIGKILL the process a rank suspects (its ``suspect`` event), once."""
+        """SIGKILL the process a rank suspects (its ``suspect`` event), once. Here at once; on
+        another host in the background, tried again until it lands (:meth:`_advance_fences`): a
+        host cut off the network cannot be reached until its link is back, and the launcher's
+        loop must not wait for it meanwhile."""
         if suspect.get("pid") is None:
             return
         key = (suspect["pid"], suspect["host"])
-        if key in {(f["pid"], f["host"]) for f in self.fenced} or (key in self.killed and not self._hung(key)):
-            return  # fenced already, or killed by the schedule: its death is on its way to the ranks
-        info = {"pid": suspect["pid"], "host": suspect["host"]}
-        t = time.time()
-        try:
-            how = sigkill(info, self.kill_via)
-        except (KillFailed, OSError, subprocess.TimeoutExpired) as exc:
+        if (key in {(f["pid"], f["host"]) for f in self.fenced} or key in self.fencing
+                or (key in self.killed and not self._hung(key))):
+            return  # fenced (or being fenced) already, or killed by the schedule: its death is on its way
+        self.fencing[key] = {"suspect": suspect, "attempt": 0, "proc": None, "t": None, "retry_at": 0.0,
+                             "probe": None}
+        by_host = suspect.get("by_host")
+        if by_host and not is_local(by_host):  # first make sure the suspecting rank is not the one cut off
+            self.fencing[key]["probe"] = subprocess.Popen(
+                remote_command(kill_route(by_host, self.kill_via), by_host, ["true"]), stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, start_new_session=True,
+                preexec_fn=die_with(os.getpid()))
+            self.fencing[key]["probe_started"] = time.monotonic()
+        self._advance_fences()
+
+    def _advance_fences(self) -> None:
+        for key, f in list(self.fencing.items()):
+            suspect, info = f["suspect"], {"pid": key[0], "host": key[1]}
+            if f["probe"] is not None and not self._probed(key, f):
+                continue
+            route = kill_route(info["host"], self.kill_via)
+            proc = f["proc"]
+            if proc is None:
+                if time.monotonic() < f["retry_at"]:
+                    continue
+                f["attempt"] += 1
+                f["t"] = time.time()
+                if route == "local":
+                    try:
+                        os.kill(int(info["pid"]), signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass  # died meanwhile: ULFM tells the ranks
+                    self._fenced(key, {"how": "local"})
+                    continue
+                f["proc"] = subprocess.Popen(kill_command(route, info["host"], info["pid"]), stdout=subprocess.PIPE,
+                                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                                             start_new_session=True, preexec_fn=die_with(os.getpid()))
+                f["started"] = time.monotonic()
+                continue
+            if proc.poll() is None and time.monotonic() - f["started"] < FENCE_ATTEMPT_S:
+                continue
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            stdout, stderr = proc.communicate()
+            if proc.returncode == 0:
+                self._fenced(key, {"how": route, "t_remote": _first_float(stdout),
+                                   "rtt_s": round(time.time() - f["t"], 4)})
+                continue
             self.log.emit("kill_failed", pid=info["pid"], host=info["host"], role=suspect.get("role"), at="fence",
-                          error=str(exc))
-            return
+                          attempt=f["attempt"], error=f"exit {proc.returncode}: {stderr.strip()[-200:]}")
+            f["proc"], f["retry_at"] = None, time.monotonic() + FENCE_RETRY_S
+
+    def _probed(self, key, f: dict) -> bool:
+        """Whether the suspecting rank's host answered: a suspicion from a host that this launcher
+        cannot reach comes from the side that is cut off (in a partition both sides suspect each
+        other, and the cut-off PS would fence the replica that is to take over). Refused if not."""
+        probe = f["probe"]
+        if probe.poll() is None and time.monotonic() - f["probe_started"] < FENCE_PROBE_S:
+            return False
+        if probe.poll() is None:
+            os.killpg(probe.pid, signal.SIGKILL)
+            probe.wait()
+        if probe.returncode == 0:
+            f["probe"] = None
+            return True
+        suspect = self.fencing.pop(key)["suspect"]
+        self.log.emit("fence_refused", pid=key[0], host=key[1], role=suspect.get("role"), by=suspect.get("who"),
+                      by_host=suspect.get("by_host"), t_suspect=suspect.get("t_suspect"),
+                      reason=f"the suspecting rank's host {suspect.get('by_host')} did not answer within "
+                             f"{FENCE_PROBE_S:g} s: it is the one cut off")
+        return False
+
+    def _fenced(self, key, how: dict) -> None:
+        f = self.fencing.pop(key)
+        suspect = f["suspect"]
         self.killed.add(key)
         self.fenced.append(self.log.emit(
-            "fence", t_fence=t, pid=info["pid"], host=info["host"], role=suspect.get("role"), how="launcher",
-            route=how["how"], by=suspect.get("who"), t_suspect=suspect.get("t_suspect"),
+            "fence", t_fence=f["t"], pid=key[0], host=key[1], role=suspect.get("role"), how="launcher",
+            route=how["how"], attempts=f["attempt"], by=suspect.get("who"), t_suspect=suspect.get("t_suspect"),
             waited_s=suspect.get("waited_s"), what=suspect.get("what"),
             **{k: v for k, v in how.items() if k != "how"}))
 
@@ -288,6 +370,7 @@ class Injector:
         """Called by the launcher's loop: records the hang scripts that ended, and fires at
         most the next due fault."""
         self._reap()
+        self._advance_fences()
         if not self.points:
             return
         point = self.points[0]
@@ -327,13 +410,17 @@ class Injector:
             if point.for_s is None:
                 self.killed.add(key)  # stopped until fenced: the next fault waits for its replacement
             rec = self.log.emit("hang", t_hang=t, signal="SIGSTOP", for_s=point.for_s, **common, **how)
-        else:
+        elif point.kind == "slow":
             rec = self.log.emit("slow", t_slow=t, for_s=point.for_s, factor=self.slow_factor, **common, **how)
+        else:
+            rec = self.log.emit("partition", t_partition=t, for_s=point.for_s, peer=self.peer_host, **common, **how)
         self.faults.append(rec)
 
     def _start_script(self, info: dict, point: KillPoint) -> dict:
         """The hang or slow script, started in the background, here or on the target's host."""
         route = kill_route(info["host"], self.kill_via)
+        if point.kind == "partition":
+            return self._partition(info, point, route)
         if point.kind == "hang":
             script, args = HANG_SCRIPT, [str(int(info["pid"])), f"{point.for_s:g}" if point.for_s else ""]
         else:
@@ -346,6 +433,20 @@ class Injector:
                                 start_new_session=True, preexec_fn=die_with(os.getpid()))
         self.running.append((proc, {"pid": info["pid"], "host": info["host"], "kind": point.kind,
                                     "for_s": point.for_s, "at": point.spec}))
+        return {"how": route}
+
+    def _partition(self, info: dict, point: KillPoint, route: str) -> dict:
+        """The target's host loses its link for the partition's length (a detached script there)."""
+        if route == "local":
+            raise KillFailed(f"a partition needs the target on another host; {info['host']} is this one")
+        # in the background: the ssh session is cut off with the host and returns only when the link is back
+        proc = subprocess.Popen(script_command(route, info["host"], PARTITION_SCRIPT,
+                                               [self.peer_host or socket.gethostname(), f"{point.for_s:g}"]),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                                start_new_session=True, preexec_fn=die_with(os.getpid()))
+        self.running.append((proc, {"kind": "partition session", "for_s": None}))
+        self.running.append((_Ended(point.for_s), {"pid": info["pid"], "host": info["host"], "kind": "partition",
+                                                   "for_s": point.for_s, "at": point.spec}))
         return {"how": route}
 
     def _reap(self) -> None:
@@ -364,9 +465,33 @@ class Injector:
         self.points = []
         for proc, _ in self.running:  # a hang or slow script of a run that ended: its target is gone too
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
+                if proc.pid is not None:  # not a script detached on another host
+                    os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
             proc.wait()
         self._reap()
         self.running = []
+        for f in self.fencing.values():  # the run ended before the fence landed: recorded as not reached
+            for proc in (f["proc"], f["probe"]):
+                if proc is not None and proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+            self.log.emit("kill_failed", pid=f["suspect"]["pid"], host=f["suspect"]["host"], at="fence",
+                          attempt=f["attempt"], error="the run ended before the fence landed")
+        self.fencing = {}
+
+
+class _Ended:
+    """Stands for a script that runs detached on another host: it has ended ``seconds`` from now."""
+
+    def __init__(self, seconds: float) -> None:
+        self.end, self.returncode, self.pid = time.monotonic() + seconds, None, None
+
+    def poll(self):
+        if self.returncode is None and time.monotonic() >= self.end:
+            self.returncode = 0
+        return self.returncode
+
+    def wait(self):
+        return 0

@@ -16,7 +16,8 @@ from psmodes.config import ConfigError, parse_duration
 from psmodes.killpoints import POINTS, REPLICA_POINTS
 
 
-KINDS = ("kill", "hang", "slow")  # SIGKILL; SIGSTOP (SIGCONT after for_s); a duty cycle of both for for_s
+# SIGKILL; SIGSTOP (SIGCONT after for_s); a duty cycle of both for for_s; the host's link down for for_s
+KINDS = ("kill", "hang", "slow", "partition")
 
 
 @dataclass
@@ -103,8 +104,8 @@ def _split_length(part: str, kind: str, option: str) -> tuple[str, float | None]
     """``30%~2s`` -> ("30%", 2.0): the length of a hang or slow phase; a kill has none."""
     at, tilde, length = part.partition("~")
     if not tilde:
-        if kind == "slow":
-            raise ConfigError(f"{option} {part!r}: write AT~DUR, e.g. 30%~10s (how long the PS is slow)")
+        if kind in ("slow", "partition"):
+            raise ConfigError(f"{option} {part!r}: write AT~DUR, e.g. 30%~10s (how long it lasts)")
         return part, None
     if kind == "kill":
         raise ConfigError(f"kill point {part!r}: a kill has no length (~DUR is for --hang-ps and --slow-ps)")
@@ -120,7 +121,7 @@ def schedule(cfg) -> list[KillPoint]:
     points = (parse_kills(cfg.kill_ps, "ps", d) + parse_kills(cfg.kill_replica, tail, d)
               + parse_kills(cfg.kill_worker, f"worker{cfg.workers - 1}", d)
               + parse_kills(cfg.hang_ps, "ps", d, "hang") + parse_kills(cfg.hang_replica, tail, d, "hang")
-              + parse_kills(cfg.slow_ps, "ps", d, "slow"))
+              + parse_kills(cfg.slow_ps, "ps", d, "slow") + parse_kills(cfg.partition_ps, "ps", d, "partition"))
     points.sort(key=lambda p: (p.at_s if p.at_s is not None else float("inf"), p.at_step or 0))
     return points
 

@@ -19,7 +19,7 @@ from benchmarks import fmnist
 from benchmarks.registry import get
 from psmodes.config import GROUPS, ConfigError, Option, RunConfig, config_options
 
-from .hosts import placement_of, resolve_hosts
+from .hosts import is_local, placement_of, resolve_hosts
 from .kills import schedule
 from .mpirun import find_mpirun, mpirun_env
 from .ulfm import supported
@@ -112,7 +112,10 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
                               "to repair the job in place; use --recovery job-restart")
     cfg.validate()
     schedule(cfg)
-    placement_of(cfg)  # more ranks than slots, an unknown --ps-host: one line now
+    placement = placement_of(cfg)  # more ranks than slots, an unknown --ps-host: one line now
+    if cfg.partition_ps and is_local(placement.host_of("ps") or "localhost"):
+        raise ConfigError("--partition-ps cuts the PS's host off the others: put the PS on another host "
+                          "(--hosts, --ps-host)")
     return cfg
 
 

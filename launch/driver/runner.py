@@ -103,7 +103,8 @@ def run_job(cfg: RunConfig, quiet: bool = False, tick=None) -> dict:
     cmd = with_rank_env(launch_command(cfg), cfg)
     (run_dir / "command.txt").write_text(shlex.join(cmd) + "\n")
     log = EventLog(run_dir, "launcher")
-    injector = Injector(run_dir, schedule(cfg), log, cfg.kill_via, cfg.slow_factor)
+    injector = Injector(run_dir, schedule(cfg), log, cfg.kill_via, cfg.slow_factor,
+                        peer_host=next((h for _, h in placement.ranks if is_local(h)), None))
     deadline = cfg.resolved_deadline()
     log.emit("launch", command=cmd, deadline_s=deadline, argv=sys.argv, placement=placement.to_dict())
     measure_offsets(cfg, placement, log)
