@@ -233,7 +233,7 @@ def test_summary_of_a_job_restart(tmp_path):
                        {"t": t0 + 5, "ev": "restart", "attempt": 1, "t_restart": t0 + 5}])
     s = summarize(tmp_path)
     assert s["completed"], s["exit_reason"]  # the first job's failure was the planned restart
-    assert s["detections"] == [{"kill": 0, "latency_s": 1.0, "rank": None, "who": "launcher", "via": "job exit"}]
+    assert s["detections"] == [{"fault": 0, "kind": "kill", "latency_s": 1.0, "rank": None, "who": "launcher", "via": "job exit"}]
     (rec,) = s["recoveries"]
     assert rec["recovery_s"] == rec["idle_s"] == 8.5 and rec["lost_steps"] == 20 and rec["restart_s"] == 2.5
     assert s["restarts"] == [{"attempt": 1, "t_s": 5.0}]

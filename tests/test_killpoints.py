@@ -17,6 +17,10 @@ killed while the survivors spawn the new tail (before the spawn, or after it, wh
 new world is made): they shrink and spawn again
 (i) the chain's tail killed while its predecessor's forward to it is in flight
 (``--kill-replica point:tail_receive``).
+
+The hang matrix: the same points with ``--hang-ps`` / ``--hang-replica``: the process stays
+stopped there, a rank suspects it after ``--suspect-after``, the launcher fences it, and the
+same promises hold.
 """
 from __future__ import annotations
 
@@ -77,16 +81,21 @@ ASYNC_CASES = [
 
 
 def check_invariants(out, s, mode: str, n_kills: int) -> None:
-    from psmodes.config import RunConfig
-
-    cfg = RunConfig.load(out / "config.json")
-    promise = cfg.recovery_mode
     kills = s["kills"]
     assert len(kills) == n_kills, kills
     assert len({k["pid"] for k in kills}) == n_kills, "a process was killed twice"
     # every process that stopped at a kill point was killed there
     stopped = {e["pid"] for e in events(out, "killpoint")}
     assert stopped <= {k["pid"] for k in kills}, (stopped, kills)
+    check_promise(out, s)
+
+
+def check_promise(out, s) -> None:
+    """The mode's promise after its recoveries: lost steps, weights, checkpoints, the hand-over."""
+    from psmodes.config import RunConfig
+
+    cfg = RunConfig.load(out / "config.json")
+    promise = cfg.recovery_mode
     assert s["recoveries"], "no recovery recorded"
     assert s["final_accuracy"] is not None
     if not promise.trains_through_outage:  # replaying stale updates may cost accuracy: that is what the study measures
@@ -152,6 +161,33 @@ def test_kill_point(tmp_path, mode, case, args, n_kills):
         detected = {e["who"]: e["t_detect"] - t_kill for e in events(out, "detect")}
         assert set(detected) >= {"ps", "replica1", "worker0", "worker1", "evaluator"}, detected
         assert max(detected.values()) < 10, detected
+
+
+SUSPECT = ["--suspect-after", "2s"]
+HANG_CASES = [  # (mode, case id, extra arguments)
+    # the PS's checkpoint thread stops the whole process half-way through a write: fenced, the torn
+    # temporary file is left behind, the replacement resumes from the newest complete checkpoint
+    ("checkpoint", "c-checkpoint_write", ["--hang-ps", "point:checkpoint_write@100"]),
+    ("chain", "d-chain_forward", ["--hang-ps", "point:chain_forward@100"]),
+    # the tail hangs with its predecessor's state half received: the head suspects it (in half the time)
+    ("chain", "i-tail_in_forward", ["--hang-replica", "point:tail_receive@100", "--replicas", "1"]),
+    ("stateless", "b-send_weights", ["--hang-ps", "point:send_weights@100"]),
+    ("hybrid", "a-apply", ["--hang-ps", "point:apply@110"]),
+]
+
+
+@pytest.mark.parametrize("mode, case, args", HANG_CASES, ids=[f"{m}-{c}" for m, c, _ in HANG_CASES])
+def test_hang_point(tmp_path, mode, case, args):
+    out, s = run_ok(tmp_path, *SYN, *MODE_ARGS[mode], *SUSPECT, *args)
+    assert s["kills"] == []
+    (stop,) = events(out, "killpoint")
+    (fault,) = s["faults"]
+    assert fault["kind"] == "hang" and fault["pid"] == stop["pid"], fault
+    (fence,) = events(out, "fence")
+    assert fence["pid"] == stop["pid"], "the fence hit another process than the hung one"
+    assert fault["fenced_s"] - fault["t_s"] <= 2.0 + 1.0, fault
+    assert fence["role"] == ("replica1" if case.startswith("i-") else "ps"), fence
+    check_promise(out, s)
 
 
 def check_spawn_retried(out) -> None:

@@ -35,17 +35,22 @@ def two_hosts():
     hosts.stop()
 
 
-@pytest.mark.slow
-def test_ps_on_the_other_host_is_killed_over_ssh(two_hosts, tmp_path):
-    out = tmp_path / "run"
-    argv = [sys.executable, "-m", "launch.cli", "run", "--quiet", *SYN, "--mode", "checkpoint",
-            "--checkpoint-every", "50", "--duration", "14s", "--kill-ps", "5s",
-            "--hosts", "nodea:4,nodeb:1", "--ps-host", "nodeb", "--out", str(out)]
+def run_on_nodea(two_hosts, out, *args: str, timeout: float = 180) -> dict:
+    """``psbench run`` launched on nodea with the PS on nodeb; its completed run's summary."""
+    argv = [sys.executable, "-m", "launch.cli", "run", "--quiet", *SYN, *args, "--ps-host", "nodeb", "--out", str(out)]
     proc = subprocess.run(two_hosts.argv_on("nodea", argv), env={**two_hosts.env(), "PYTHONPATH": str(ROOT)},
-                          cwd=ROOT, timeout=180, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+                          cwd=ROOT, timeout=timeout, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     assert (out / "summary.json").exists(), proc.stderr[-3000:] + mpirun_log(out)
     s = json.loads((out / "summary.json").read_text())
     assert s["completed"], s["exit_reason"] + mpirun_log(out)
+    return s
+
+
+@pytest.mark.slow
+def test_ps_on_the_other_host_is_killed_over_ssh(two_hosts, tmp_path):
+    out = tmp_path / "run"
+    s = run_on_nodea(two_hosts, out, "--mode", "checkpoint", "--checkpoint-every", "50", "--duration", "14s",
+                     "--kill-ps", "5s", "--hosts", "nodea:4,nodeb:1")
     placement = {r["role"]: r["host"] for r in json.loads((out / "placement.json").read_text())["ranks"]}
     assert placement["ps"] == "nodeb" and placement["worker0"] == "nodea"
     hosts = {e["who"]: e["host"] for e in events(out, "start")}
@@ -69,16 +74,9 @@ def test_a_partition_of_the_ps_host_is_fenced_after_it_heals_and_the_replica_tak
     tail is not respawned within the run (--restart-delay 30s) and there is no evaluator: after
     a partition, Open MPI 5.0.11's MPI_Comm_spawn stalled in some survivors, and in one run of
     three the evaluator never got the new head's first snapshot (see the README)."""
-    out = tmp_path / "run"
-    argv = [sys.executable, "-m", "launch.cli", "run", "--quiet", *SYN, "--no-evaluator", "--mode", "chain",
-            "--duration", "12s",
-            "--restart-delay", "30s", "--peer-timeout", "20s", "--partition-ps", "4s~5s",
-            "--hosts", "nodea:5,nodeb:1", "--ps-host", "nodeb", "--out", str(out)]
-    proc = subprocess.run(two_hosts.argv_on("nodea", argv), env={**two_hosts.env(), "PYTHONPATH": str(ROOT)},
-                          cwd=ROOT, timeout=240, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    assert (out / "summary.json").exists(), proc.stderr[-3000:] + mpirun_log(out)
-    s = json.loads((out / "summary.json").read_text())
-    assert s["completed"], s["exit_reason"] + mpirun_log(out)
+    s = run_on_nodea(two_hosts, tmp_path / "run", "--no-evaluator", "--mode", "chain", "--duration", "12s",
+                     "--restart-delay", "30s", "--peer-timeout", "20s", "--partition-ps", "4s~5s",
+                     "--hosts", "nodea:5,nodeb:1", timeout=240)
     (cut,) = s["faults"]
     assert cut["kind"] == "partition" and cut["host"] == "nodeb" and cut["for_s"] == 5.0, cut
     (det,) = s["detections"]

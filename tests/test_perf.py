@@ -83,8 +83,11 @@ def test_quick_perf_measures_every_section(tmp_path):
         assert run["ps_timing"]["updates"] == 60 and run["ps_timing"]["recv_s"] > 0, variant
     assert {"replica1"} <= set(by[("chain K=1 R=1", 0)]["usage"])
     for f in results["failures"]:
-        assert f["completed"] and f["kills"] == 1 and len(f["detections"]) == 1, f
+        assert f["completed"] and f["faults"] == 1 and len(f["detections"]) == 1 and f["unplanned"] == 0, f
+        assert f["kills"] == (1 if f["kind"] == "kill" else 0), f
         assert f["recoveries"] and f["recoveries"][0]["recovery_s"] > 0, f
+    (hang,) = [f for f in results["failures"] if f["kind"] == "hang"]  # quick: checkpoint only
+    assert 2.9 <= hang["detections"][0] <= 3.0 + 0.5, hang  # the suspicion, at --suspect-after
     assert [s["params"] for s in results["scaling"]] == [200_000, 2_000_000]
     assert all(s["ps_timing"]["recv_s"] > 0 and s["checkpoint_write_s"] > 0 for s in results["scaling"])
     mem = {m["policy"]: m for m in results["memory"]}
@@ -97,6 +100,7 @@ def test_quick_perf_measures_every_section(tmp_path):
                     "## PS time per update against the memory-bandwidth floor", "## Memory", "## CPU time per rank"):
         assert heading in text
     assert "PS overhead (none / Horovod)" in text and "Quick mode" in text
+    assert "hung PS: detection p50" in text and "hang (SIGSTOP, fenced)" in text
     assert (report / "throughput.png").stat().st_size > 0 and (report / "scaling.png").stat().st_size > 0
     # the report renders again from perf.json alone
     again = subprocess.run(PSBENCH + ["perf", "--from", str(runs), "--out", str(tmp_path / "again")],

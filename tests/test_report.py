@@ -174,6 +174,7 @@ def test_compare_two_fixed_summaries(tmp_path):
         ["recovery (s)", "8.00 (n=1)", "0.60 (n=1)", "-7.40", "n/a (n=1)"],
         ["lost steps", "40.0 (n=1)", "0.0 (n=1)", "-40.0", "n/a (n=1)"],
         ["worker idle (s)", "9.50 (n=1)", "0.50 (n=1)", "-9.00", "n/a (n=1)"],
+        ["unplanned failures", "0.0 (n=1)", "0.0 (n=1)", "0.0", "n/a (n=1)"],
         ["buffered updates", "0.0 (n=1)", "0.0 (n=1)", "0.0", "n/a (n=1)"],
     ]
     assert (tmp_path / "c.md").read_text().strip() == proc.stdout.strip()

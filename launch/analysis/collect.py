@@ -27,6 +27,7 @@ from psmodes.config import FORMAT_VERSION, ConfigError
 from psmodes.events import Ev, read_events
 
 from . import naming
+from .faults import fault_list
 from .stats import Estimate, mean_ci
 from .summary import SUMMARY_VERSION, summarize
 
@@ -51,13 +52,17 @@ METRICS = [
     Metric("samples_per_s", "samples/s", "{:.0f}", "high",
            "training samples per second over all workers (evaluation runs on its own rank)"),
     Metric("detection_latency_s", "detection (s)", "{:.2f}", "low",
-           "from the SIGKILL to the first survivor noticing it, mean over the run's kills"),
+           "from the failure (a SIGKILL, a hang, ...) to the first survivor noticing it (a hang: suspecting "
+           "it), mean over the run's failures"),
     Metric("recovery_s", "recovery (s)", "{:.2f}", "low",
-           "from the SIGKILL to the first update applied by the new PS, mean over the run's kills"),
+           "from the failure to the first update applied by the new PS, mean over the run's failures"),
     Metric("lost_steps", "lost steps", "{:.1f}", "low",
            "PS updates lost by the run's kills (total over its kills)"),
     Metric("idle_s", "worker idle (s)", "{:.2f}", "low",
            "seconds the workers were blocked by the outages (total over the run's kills)"),
+    Metric("unplanned_failures", "unplanned failures", "{:.1f}", "low",
+           "failures nobody injected (a crash, a death without a word, a hang that was fenced), per run; "
+           "they count in every other figure too"),
     Metric("checkpoint_overhead_pct", "checkpoint overhead (%)", "{:.2f}", "low",
            "time the PS spent on the critical path for checkpoints (state copy + waiting for the previous "
            "write), in % of the training time; checkpoint mode only"),
@@ -102,6 +107,11 @@ class RunRecord:
     @property
     def kills(self) -> list:
         return (self.summary or {}).get("kills") or []
+
+    @property
+    def faults(self) -> list:
+        """Every failure of the run, injected or not (summary ``faults``; an older summary: its kills)."""
+        return fault_list(self.summary or {})
 
     def row(self) -> dict:
         return {"run": self.rel, "configuration": self.label, "seed": self.seed, "status": self.status,
@@ -268,7 +278,7 @@ def checkpoint_overhead_pct(path: Path | None, config: dict, train_s) -> float |
 def run_metrics(summary: dict, config: dict | None, target: float, path: Path | None = None) -> dict:
     """The report's figures of one run (None where a figure does not apply)."""
     config = config or {}
-    kills = summary.get("kills") or []
+    kills = fault_list(summary)  # every failure, injected or not
     dets = [d.get("latency_s") for d in summary.get("detections") or []]
     recs = summary.get("recoveries") or []
     recovered = bool(kills) and bool(recs)
@@ -281,6 +291,7 @@ def run_metrics(summary: dict, config: dict | None, target: float, path: Path | 
         "recovery_s": mean_ci([r.get("recovery_s") for r in recs]).mean if recovered else None,
         "lost_steps": sum(r.get("lost_steps") or 0 for r in recs) if recovered else None,
         "idle_s": sum(r.get("idle_s") or 0 for r in recs) if recovered else None,
+        "unplanned_failures": sum(1 for f in kills if not f.get("planned", True)),
         "checkpoint_overhead_pct": checkpoint_overhead_pct(path, config, summary.get("train_s")),
         "buffered_updates": sum(r.get("buffered_updates") or 0 for r in recs) if recovered else None,
         "staleness_mean": summary.get("staleness_mean"),

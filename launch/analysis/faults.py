@@ -47,7 +47,7 @@ def fault_records(events: list[dict], kill_time, to_launcher) -> list[dict]:
         rec["for_s"] = e.get("for_s")
         out.append(rec)
     for e in by("partition", "launcher"):
-        rec = _record("partition", True, e["t_partition"], e, f"{e['host']} cut off ({e.get('link')} down) "
+        rec = _record("partition", True, e["t_partition"], e, f"{e['host']} cut off from {e.get('peer')} "
                       f"at {e.get('at')}")
         rec["for_s"] = e.get("for_s")
         out.append(rec)
@@ -109,3 +109,10 @@ def _record(kind: str, planned: bool, t: float, e: dict, evidence: str) -> dict:
 
 def _short(host) -> str:
     return str(host or "").split(".")[0]
+
+
+def fault_list(summary: dict) -> list[dict]:
+    """The run's failures; a summary written before faults were recorded has only its kills."""
+    if "faults" in summary:
+        return summary["faults"]
+    return [{"kind": "kill", "planned": True, **k} for k in summary.get("kills") or []]

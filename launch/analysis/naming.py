@@ -18,8 +18,9 @@ import re
 from psmodes.config import RunConfig
 
 IGNORED = ("seed", "run_dir", "data_dir", "format_version", "hosts")  # hosts: where, not what
-ORDER = ("mode", "kill_ps", "kill_replica", "consistency")
-KILL_KEYS = {"kill_ps": "kills", "kill_replica": "replica-kills"}
+ORDER = ("mode", "kill_ps", "kill_replica", "hang_ps", "hang_replica", "slow_ps", "partition_ps", "consistency")
+KILL_KEYS = {"kill_ps": "kills", "kill_replica": "replica-kills", "hang_ps": "hangs", "hang_replica": "replica-hangs",
+             "slow_ps": "slows", "partition_ps": "partitions"}  # labels: kills2, or kill-15s_30s
 
 
 def identity(config: dict) -> dict:
@@ -80,7 +81,8 @@ def _part(key: str, value, count_form: bool) -> str:
         specs = kill_specs(value)
         if count_form:
             return f"{KILL_KEYS[key]}{len(specs)}"
-        return f"{KILL_KEYS[key][:-1]}-" + ("none" if not specs else "_".join(specs))
+        # "~" (a hang's length) is no character for a folder name
+        return f"{KILL_KEYS[key][:-1]}-" + ("none" if not specs else "_".join(specs).replace("~", "-for-"))
     if key == "mode":
         return str(value)
     if key == "consistency":

@@ -15,6 +15,7 @@ import numpy as np
 
 from benchmarks.registry import WORKLOADS
 from psmodes.atomic import write_text_atomic
+from psmodes.config import RunConfig
 
 from .lazy import frame, pyplot
 
@@ -27,6 +28,8 @@ RATIO_TARGETS = [("PS overhead (none / Horovod)", "reference", 0.90),
                  ("chain K=1 R=2 / none", "chain K=1 R=2", 0.85)]
 FLOOR_TARGET = 3.0
 DETECTION_P50 = 1.5
+HANG_MARGIN = 0.5  # a hung PS is detected within --suspect-after plus this
+SLOW_PHASE_S = 3.0  # launch/experiments/perf.py SLOW_S (the analysis layer does not import experiments)
 FAILOVER_P50 = 2.0
 IDLE_MARGIN = 0.5
 
@@ -112,14 +115,27 @@ def scaling_rows(results: dict) -> list[dict]:
 
 
 def failure_figures(results: dict) -> dict:
-    out: dict = {"detections": [], "by_mode": {}}
+    """The failure runs' figures: ``by_mode`` (the SIGKILL runs, one per mode), ``by_run`` ((mode,
+    kind) -> figures) and ``by_kind`` (kind -> every run's figures together); ``detections``: the
+    SIGKILLs' detection latencies. A perf.json from before fault kinds has only SIGKILL runs."""
+    out: dict = {"detections": [], "by_mode": {}, "by_run": {}, "by_kind": {}}
     for f in results.get("failures", []):
         recs = f.get("recoveries") or []
-        out["detections"] += f.get("detections") or []
-        out["by_mode"][f["mode"]] = {
-            "kills": f.get("kills"), "completed": f.get("completed"), "exit_reason": f.get("exit_reason"),
-            "detections": f.get("detections") or [], "recovery": [r["recovery_s"] for r in recs],
-            "idle": [r["idle_s"] for r in recs], "lost": [r["lost_steps"] for r in recs]}
+        kind = f.get("kind", "kill")
+        figures = {"kills": f.get("kills"), "faults": f.get("faults", f.get("kills")), "completed": f.get("completed"),
+                   "exit_reason": f.get("exit_reason"), "detections": f.get("detections") or [],
+                   "recovery": [r["recovery_s"] for r in recs], "idle": [r["idle_s"] for r in recs],
+                   "lost": [r["lost_steps"] for r in recs], "unplanned": f.get("unplanned", 0)}
+        out["by_run"][(f["mode"], kind)] = figures
+        total = out["by_kind"].setdefault(kind, {k: [] if isinstance(v, list) else 0 for k, v in figures.items()})
+        for k, v in figures.items():
+            if isinstance(v, list):
+                total[k] += v
+            elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                total[k] += v
+        if kind == "kill":
+            out["detections"] += figures["detections"]
+            out["by_mode"][f["mode"]] = figures
     return out
 
 
@@ -163,6 +179,11 @@ def targets(results: dict) -> list[dict]:
     fails = failure_figures(results)
     det = _med(fails["detections"])
     rows.append(_verdict("detection latency p50 (s)", f"<= {DETECTION_P50}", det, DETECTION_P50, higher=False))
+    if "hang" in fails["by_kind"]:
+        bound = RunConfig().suspect_after_s + HANG_MARGIN
+        rows.append(_verdict("hung PS: detection p50 (s)", f"<= --suspect-after + {HANG_MARGIN} = {bound:g}",
+                             _med(fails["by_kind"]["hang"]["detections"]), bound, higher=False,
+                             why="SIGSTOP to the first rank's suspicion; then fenced and repaired like a death"))
     chain = fails["by_mode"].get("chain", {})
     rows.append(_verdict("chain failover p50: kill to first step on the new head (s)", f"<= {FAILOVER_P50}",
                          _med(chain.get("recovery", [])), FAILOVER_P50, higher=False))
@@ -328,23 +349,35 @@ def _throughput_section(results: dict, plots: list[str]) -> list[str]:
     return out
 
 
+KIND_NAMES = {"kill": "SIGKILL", "hang": "hang (SIGSTOP, fenced)", "slow": "slow phase", "outside": "kill from outside"}
+
+
+def _failure_row(d: dict) -> dict:
+    return {"faults": d["faults"], "detected": len(d["detections"]), "detection p50 / p95 (s)": _pair(d["detections"]),
+            "recovery p50 / max (s)": f"{_fmt(_med(d['recovery']))} / {_fmt(max(d['recovery'], default=None))}",
+            "worker idle p50 / max (s)": f"{_fmt(_med(d['idle']))} / {_fmt(max(d['idle'], default=None))}",
+            "lost steps": ", ".join(str(x) for x in d["lost"]) or "-"}
+
+
 def _failure_section(results: dict) -> list[str]:
     f = failure_figures(results)
-    rows = []
-    for mode, d in f["by_mode"].items():
-        rows.append({"mode": mode, "kills": d["kills"], "detected": len(d["detections"]),
-                     "detection p50 / p95 (s)": _pair(d["detections"]),
-                     "recovery p50 / max (s)": f"{_fmt(_med(d['recovery']))} / {_fmt(max(d['recovery'], default=None))}",
-                     "worker idle p50 / max (s)": f"{_fmt(_med(d['idle']))} / {_fmt(max(d['idle'], default=None))}",
-                     "lost steps": ", ".join(str(x) for x in d["lost"]) or "-",
-                     "completed": d["completed"]})
+    rows = [{"mode": mode, "fault": KIND_NAMES.get(kind, kind), **_failure_row(d), "completed": d["completed"]}
+            for (mode, kind), d in f["by_run"].items()]
+    kinds = [{"fault": KIND_NAMES.get(kind, kind), **_failure_row(d), "lost steps": max(d["lost"], default="-"),
+              "unplanned recorded": d["unplanned"]} for kind, d in f["by_kind"].items()]
     return ["## Failure costs", "",
-            f"One run per mode with PS SIGKILLs {results.get('plan', {}).get('kill_gap_s')} s apart, "
-            "`--restart-delay 0` (the replacement is started as soon as the death is known, so recovery is psbench's "
-            "own cost), chain with 2 replicas. Detection: kill to the first rank that noticed; recovery: kill to the "
-            "first applied step after it (chain: on the promoted head); idle: the workers' seconds without "
-            "computing.", "", _table(rows), "",
-            f"All kills together: detection p50 / p95 {_pair(f['detections'])} s over {len(f['detections'])} kills.", ""]
+            f"One run per mode and kind of fault, each with the PS faulted {results.get('plan', {}).get('kill_gap_s')} s "
+            "apart, `--restart-delay 0` (the replacement is started as soon as the death is known, so recovery is "
+            "psbench's own cost), chain with 2 replicas. Kinds: a SIGKILL from the injector; a hang (SIGSTOP, never "
+            f"continued: a rank suspects it after `--suspect-after` ({RunConfig().suspect_after_s:g} s), the launcher "
+            f"fences it); a slow phase ({SLOW_PHASE_S:g} s at `--slow-factor` {RunConfig().slow_factor:g}: ridden out, "
+            "nothing to detect); a SIGKILL sent from outside psbench (an unplanned failure the run finds itself). "
+            "Detection: fault to the first rank that noticed (a hang: its suspicion; a kill from outside: from the "
+            "PS's last recorded event, an upper bound); recovery: fault to the first applied step after it (chain: on "
+            "the promoted head); idle: the workers' seconds without computing.", "", _table(rows), "",
+            "Per kind, every mode together (lost steps: the most in one recovery):", "", _table(kinds), "",
+            f"All SIGKILLs together: detection p50 / p95 {_pair(f['detections'])} s over {len(f['detections'])} kills.",
+            ""]
 
 
 def _pair(xs) -> str:

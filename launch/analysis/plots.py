@@ -1,9 +1,10 @@
 """Accuracy-over-time plots of the reports (matplotlib, Agg): one line per
 configuration (the mean over its completed seeds, each seed's timeline
 interpolated onto a common time grid), a shaded 95% confidence band across
-seeds, the target accuracy, and the kills as vertical lines at their mean
-times (dashed: PS, dash-dot: replica): black when every line has the same
-kills, else in the colour of each configuration."""
+seeds, the target accuracy, and the failures as vertical lines at their mean
+times, one line style per kind (:data:`FAULT_LINES`: a PS kill dashed, a replica
+kill dash-dot, hangs dotted, ...): black when every line has the same failures,
+else in the colour of each configuration."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -43,12 +44,27 @@ def mean_band(timelines: list[list], points: int = 300):
     return grid, mean, half
 
 
-def kill_times(runs) -> list[tuple[str, float]]:
-    """(role, mean time) of the i-th kill over the runs that had one."""
+# how each failure is marked, by (kind, target): kills of the PS dashed, of a replica dash-dot
+FAULT_LINES = {("kill", "ps"): ("--", "PS killed (SIGKILL)"), ("kill", "replica"): ("-.", "replica killed"),
+               ("hang", "ps"): ((0, (1, 1.5)), "PS hung (SIGSTOP)"), ("hang", "replica"): ((0, (1, 3)), "replica hung"),
+               ("slow", "ps"): ((0, (6, 2, 1, 2, 1, 2)), "PS slowed"),
+               ("partition", "ps"): ((0, (8, 3)), "PS host cut off"),
+               ("unplanned", "ps"): ((0, (2, 2, 6, 2)), "unplanned failure")}
+
+
+def fault_key(fault: dict) -> tuple[str, str]:
+    kind = fault.get("kind", "kill") if fault.get("planned", True) else "unplanned"
+    target = "replica" if str(fault.get("role", "ps")).startswith("replica") and kind != "unplanned" else "ps"
+    key = (kind, target)
+    return key if key in FAULT_LINES else (kind, "ps") if (kind, "ps") in FAULT_LINES else ("unplanned", "ps")
+
+
+def kill_times(runs) -> list[tuple[tuple, float]]:
+    """(fault key, mean time) of the i-th failure over the runs that had one (kills, hangs, ...)."""
     by_index: dict[int, list] = {}
     for r in runs:
-        for i, k in enumerate(r.kills):
-            by_index.setdefault(i, []).append((k.get("role", "ps"), k.get("t_s")))
+        for i, k in enumerate(r.faults):
+            by_index.setdefault(i, []).append((fault_key(k), k.get("t_s")))
     out = []
     for i in sorted(by_index):
         times = [t for _, t in by_index[i] if t is not None]
@@ -86,16 +102,16 @@ def plot_accuracy(lines: list[tuple], title: str, target: float, path: Path) -> 
             ax.fill_between(grid, mean - half, mean + half, color=color, alpha=0.18, linewidth=0)
         elif half is not None:
             ax.errorbar(grid, mean, yerr=half, color=color, capsize=3)
-        for role, t in kill_times(runs):
-            style = "--" if role == "ps" else "-."
-            kill_styles.add(style)
+        for key, t in kill_times(runs):
+            style = FAULT_LINES[key][0]
+            kill_styles.add(key)
             if not shared:
                 ax.axvline(t, color=color, linestyle=style, linewidth=1.1, alpha=0.85)
         drawn += 1
     if shared:  # every line has the same kills: one black marker each, at the mean time
-        for i, (role, _) in enumerate(schedules[0]):
+        for i, (key, _) in enumerate(schedules[0]):
             ax.axvline(float(np.mean([k[i][1] for k in schedules])), color="black",
-                       linestyle="--" if role == "ps" else "-.", linewidth=1.1, alpha=0.85)
+                       linestyle=FAULT_LINES[key][0], linewidth=1.1, alpha=0.85)
     if not drawn:
         plt.close(fig)
         return None
@@ -103,12 +119,10 @@ def plot_accuracy(lines: list[tuple], title: str, target: float, path: Path) -> 
     handles, labels = ax.get_legend_handles_labels()
     handles.append(plt.Line2D([], [], color="#999999", linestyle=":"))
     labels.append(f"target {target:.2f}")
-    if "--" in kill_styles:
-        handles.append(plt.Line2D([], [], color="black", linestyle="--", linewidth=1.1))
-        labels.append("PS killed (SIGKILL)")
-    if "-." in kill_styles:
-        handles.append(plt.Line2D([], [], color="black", linestyle="-.", linewidth=1.1))
-        labels.append("replica killed")
+    for key, (style, name) in FAULT_LINES.items():
+        if key in kill_styles:
+            handles.append(plt.Line2D([], [], color="black", linestyle=style, linewidth=1.1))
+            labels.append(name)
     ax.legend(handles, labels, fontsize=8, loc="lower right")
     ax.set_xlabel("seconds since training started")
     ax.set_ylabel("test accuracy")

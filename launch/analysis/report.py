@@ -66,14 +66,13 @@ def runs_cell(agg: ConfigAggregate) -> str:
 
 
 def kills_cell(config: dict, runs: list[RunRecord] | None = None) -> str:
-    """The kill schedule, with the mean times the kills happened (seconds into training)."""
+    """The fault schedule, with the mean times the failures happened (seconds into training)."""
     parts = []
-    ps = naming.kill_specs(config.get("kill_ps"))
-    rep = naming.kill_specs(config.get("kill_replica"))
-    if ps:
-        parts.append("PS at " + ", ".join(ps))
-    if rep:
-        parts.append("replica at " + ", ".join(rep))
+    for key, what in (("kill_ps", "PS killed"), ("kill_replica", "replica killed"), ("hang_ps", "PS hung"),
+                      ("hang_replica", "replica hung"), ("slow_ps", "PS slowed"), ("partition_ps", "PS cut off")):
+        at = naming.kill_specs(config.get(key))
+        if at:
+            parts.append(f"{what} at " + ", ".join(at))
     text = "; ".join(parts) or "none"
     done = kill_times(runs or [])
     if done:
@@ -328,9 +327,9 @@ def render(name, src, sweep, runs, aggs, target, plots, pricing, machine, machin
                      "staleness (mean)": fmt_est("staleness_mean", a.estimates["staleness_mean"]),
                      "staleness (p99)": fmt_est("staleness_p99", a.estimates["staleness_p99"])} for a in aggs]), ""]
     L += ["### Failure and recovery", ""]
-    L += [md_table([{"configuration": a.label, "kills": kills_cell(a.config, a.completed),
+    L += [md_table([{"configuration": a.label, "faults": kills_cell(a.config, a.completed),
                      **{METRIC_BY_KEY[k].title: fmt_est(k, a.estimates[k])
-                        for k in ("detection_latency_s", "recovery_s", "lost_steps", "idle_s",
+                        for k in ("detection_latency_s", "recovery_s", "lost_steps", "idle_s", "unplanned_failures",
                                   "checkpoint_overhead_pct", "buffered_updates")}} for a in aggs]), ""]
     with_ref = [a for a in aggs if a.reference]
     if with_ref:

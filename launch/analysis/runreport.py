@@ -8,6 +8,7 @@ from pathlib import Path
 
 from psmodes.atomic import write_text_atomic
 
+from .faults import fault_list
 from .lazy import frame, pyplot
 
 
@@ -37,13 +38,6 @@ FAULT_STYLE = {  # how each kind of failure is marked on a timeline
     "slow": dict(color="goldenrod", linestyle=":", label="slow phase"),
     "unplanned": dict(color="purple", linestyle=":", label="unplanned failure"),
 }
-
-
-def fault_list(summary: dict) -> list[dict]:
-    """The run's failures; a summary written before faults were recorded has only its kills."""
-    if "faults" in summary:
-        return summary["faults"]
-    return [{"kind": "kill", "planned": True, **k} for k in summary.get("kills") or []]
 
 
 def mark_faults(ax, faults: list[dict], labelled: set | None = None) -> None:

@@ -94,7 +94,7 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
             detections.append({"fault": i, "kind": faults[i]["kind"], "latency_s": round(first["t_detect"] - tk, 3),
                                "rank": first.get("rank"), "who": first["who"], "via": first.get("via")})
         if cfg.recovery == "job-restart":
-            rec, det = job_restart_recovery(events, cfg, i, tk, t_next, bool(seen))
+            rec, det = job_restart_recovery(events, cfg, i, faults[i]["kind"], tk, t_next, bool(seen))
             if det is not None:
                 detections.append(det)
             if rec is not None:
@@ -218,9 +218,9 @@ def replay_taken(replay: dict, replays: list[dict], handovers: list[dict]) -> bo
     return any(replay["t"] <= h["t"] < until for h in handovers)
 
 
-def job_restart_recovery(events: list[dict], cfg: RunConfig, i: int, tk: float, t_next: float,
+def job_restart_recovery(events: list[dict], cfg: RunConfig, i: int, kind: str, tk: float, t_next: float,
                          detected: bool) -> tuple[dict | None, dict | None]:
-    """Kill ``i`` of a ``--recovery job-restart`` run: the job ended, the launcher restarted it,
+    """Failure ``i`` (of ``kind``) of a ``--recovery job-restart`` run: the job ended, the launcher restarted it,
     the new PS resumed from a checkpoint. Recovery and idle time run from the kill to the first
     step the new job applied: the whole job was down meanwhile."""
     window = [e for e in events if tk <= e["t"] < t_next]
@@ -228,7 +228,7 @@ def job_restart_recovery(events: list[dict], cfg: RunConfig, i: int, tk: float, 
     restart = next((e for e in window if e["ev"] == "restart" and e["who"] == "launcher"), None)
     det = None
     if not detected and exits:  # no rank noticed (no ULFM: the job was taken down): the launcher did
-        det = {"fault": i, "latency_s": round(exits[0]["t_exit"] - tk, 3), "rank": None, "who": "launcher",
+        det = {"fault": i, "kind": kind, "latency_s": round(exits[0]["t_exit"] - tk, 3), "rank": None, "who": "launcher",
                "via": "job exit"}
     if restart is None:
         return None, det
@@ -240,7 +240,7 @@ def job_restart_recovery(events: list[dict], cfg: RunConfig, i: int, tk: float, 
     if resume is None or first is None:
         return None, det
     down = round(first["t"] - tk, 3)
-    return {"fault": i, "mode": f"{cfg.mode}/job-restart", "recovery_s": down,
+    return {"fault": i, "kind": kind, "mode": f"{cfg.mode}/job-restart", "recovery_s": down,
             "lost_steps": max(0, (max(before) if before else 0) - resume["from_version"]),
             "idle_s": down, "buffered_updates": 0, "dropped_updates": 0, "workers": cfg.workers,
             "restart_s": round(restart["t_restart"] - exits[0]["t_exit"], 3) if exits else None,

@@ -12,9 +12,12 @@ Sections, each a set of real runs (mpirun, ULFM, real SIGKILLs):
   variants run interleaved, repetition by repetition, so drift of the machine
   hits all of them alike; each ratio is taken within a repetition (paired)
   and reported as the median and range over the repetitions.
-- **failures**: several PS kills per mode: detection latency (kill to the
-  first rank that noticed), recovery (kill to the first applied step after
-  it), worker idle seconds.
+- **failures**: per mode and kind of fault, one run with several faults of
+  the PS: SIGKILLs, hangs (SIGSTOP, fenced after ``--suspect-after``), slow
+  phases (ridden out) and SIGKILLs sent from outside psbench (unplanned);
+  detection latency (fault to the first rank that noticed: a hang, its
+  suspicion), recovery (fault to the first applied step after it), worker
+  idle seconds, lost steps.
 - **scaling**: the ``synthetic`` MLP from about 1M to 100M parameters: the
   PS's median time per update (receive, apply, send) and the checkpoint write
   time, against the floor ``bytes moved / memory bandwidth`` (bandwidth
@@ -52,6 +55,7 @@ from ..analysis.machine import machine_info
 from ..analysis.perfreport import write_perf_report
 from ..driver.mpirun import find_mpirun, mpirun_env
 from ..driver.runner import run_job, stop_group
+from .chaos import OutsideKiller
 
 # (label, RunConfig fields) of the no-failure throughput variants; "none" is the baseline
 THROUGHPUT = [
@@ -68,6 +72,8 @@ THROUGHPUT = [
 QUICK_VARIANTS = ("none", "checkpoint K=10", "chain K=1 R=1", "stateless")
 FAILURE_MODES = {"checkpoint": {}, "chain": {"replicas": 2}, "stateless": {},  # mode -> its options
                  "hybrid": {"replicas": 2, "replicate_every": 100}}
+FAILURE_KINDS = ("kill", "hang", "slow", "outside")  # psbench chaos's kinds; outside: an unplanned SIGKILL
+SLOW_S = 3.0  # each slow phase of the failure runs, at the default --slow-factor
 MEMORY_POLICIES = ("paper", "mean", "sequential", "staleness")
 SECTIONS = ("throughput", "failures", "scaling", "memory")
 PAUSE_S = 3.0
@@ -81,6 +87,7 @@ class Plan:
     sizes: list[int] = field(default_factory=lambda: [1_000_000, 10_000_000, 100_000_000])
     kills: int = 4
     kill_gap_s: float = 8.0
+    failure_kinds: list[str] = field(default_factory=lambda: list(FAILURE_KINDS))
     max_buffered: int = 32
     variants: list[str] = field(default_factory=lambda: [v for v, _ in THROUGHPUT])
     policies: list[str] = field(default_factory=lambda: list(MEMORY_POLICIES))
@@ -114,6 +121,7 @@ def plan_from_args(a: argparse.Namespace) -> Plan:
         plan.reps, plan.steps, plan.kills, plan.kill_gap_s = 1, 60, 1, 6.0
         plan.sizes = [200_000, 2_000_000]
         plan.variants, plan.policies = list(QUICK_VARIANTS), ["paper", "sequential"]
+        plan.failure_kinds = ["kill", "hang"]  # the hang for checkpoint only (see Perf.failures)
     plan.reps = _count(a.reps, plan.reps, "--reps")
     plan.steps = _count(a.steps, plan.steps, "--steps")
     plan.kills = _count(a.kills, plan.kills, "--kills")
@@ -260,15 +268,29 @@ class Perf:
     def failures(self) -> None:
         p = self.plan
         times = [round(5 + i * p.kill_gap_s, 1) for i in range(p.kills)]
-        for mode, extra in FAILURE_MODES.items():
-            cfg = self.base(mode=mode, seed=0, duration_s=times[-1] + p.kill_gap_s, restart_delay_s=0.0,
-                            kill_ps=[f"{t}s" for t in times], **extra)
-            s = self.run(cfg, f"failures-{mode}")
-            self.results["failures"].append({"mode": mode, "completed": s.get("completed"),
-                                             "exit_reason": s.get("exit_reason"), "kills": len(s.get("kills") or []),
-                                             "detections": [d["latency_s"] for d in s.get("detections") or []],
-                                             "recoveries": s.get("recoveries") or [], "usage": s.get("usage")})
-            self.save()
+        for kind in p.failure_kinds:
+            for mode, extra in FAILURE_MODES.items():
+                if p.quick and kind != "kill" and mode != "checkpoint":
+                    continue
+                scheduled = {"kill": {"kill_ps": [f"{t}s" for t in times]}, "hang": {"hang_ps": [f"{t}s" for t in times]},
+                             "slow": {"slow_ps": [f"{t}s~{SLOW_S:g}s" for t in times]}, "outside": {}}[kind]
+                cfg = self.base(mode=mode, seed=0, duration_s=times[-1] + p.kill_gap_s, restart_delay_s=0.0,
+                                **scheduled, **extra)
+                name = f"failures-{mode}" + ("" if kind == "kill" else f"-{kind}")
+                killer = OutsideKiller(self.runs / name, times if kind == "outside" else [], cfg.resolved_deadline())
+                if kind == "outside":
+                    killer.start()
+                try:
+                    s = self.run(cfg, name)
+                finally:
+                    killer.stop.set()
+                self.results["failures"].append({
+                    "mode": mode, "kind": kind, "completed": s.get("completed"), "exit_reason": s.get("exit_reason"),
+                    "kills": len(s.get("kills") or []), "faults": len(s.get("faults") or []),
+                    "detections": [d["latency_s"] for d in s.get("detections") or []],
+                    "recoveries": s.get("recoveries") or [], "usage": s.get("usage"),
+                    "unplanned": sum(1 for f in s.get("faults") or [] if not f.get("planned", True))})
+                self.save()
 
     def scaling(self) -> None:
         p = self.plan
