@@ -27,6 +27,7 @@ from .errors import RunFailed
 from .events import Ev, EventLog
 from .flatparams import FlatParams
 from .messages import ACTION_NONE, ACTION_SPAWN, HEADER_LEN, Announce
+from .suspicion import COLD_START_S
 
 # a spawn or join still running this long after a member's death is known is given up (see respawn)
 STALL_GRACE_S = 3.0
@@ -57,6 +58,8 @@ class Context:
         self._action_buf = np.zeros(HEADER_LEN, dtype=np.int64)  # an Announce, broadcast by the leader
         self._action_req: MPI.Request | None = None
         self._deaths = transport.DeathWatch()
+        # a replacement is itself cold at first, and so are the waits of the others on it (psmodes.suspicion)
+        self.cold_until = time.monotonic() + COLD_START_S if cluster.generation else 0.0
 
     # ---- timeouts
     @property
@@ -241,6 +244,7 @@ class Context:
                 self._shrink(exc, via="spawn")
         seconds = time.monotonic() - t0
         self._action_req = None
+        self.cold_until = time.monotonic() + COLD_START_S  # the replacements are still starting (psmodes.suspicion)
         self.log.emit(Ev.RESPAWNED, spawned=[r.label for r in missing], seconds=seconds, attempts=attempt,
                       role=self.cluster.me.label, rank=self.cluster.rank, generation=self.cluster.generation)
         return seconds

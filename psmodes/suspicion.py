@@ -35,6 +35,12 @@ from .events import Ev
 from .pidfiles import read_pid_file
 
 FENCER_ENV = "PSBENCH_FENCER"  # "launcher": psbench's launcher fences (launch/driver/faults.py)
+# After a respawn the replacements take their cold start (here about 2 s from the spawn's return to
+# their first event: the model, the data, the role's set-up), and every wait that passes through one
+# of them is slow for that long: a middle replica forwarding to a new tail, the head waiting for that
+# replica, the leader waiting for the head. Suspected, they were fenced one after the other (seen in
+# the hang matrix: hybrid, R=2, the live middle replica fenced). No suspicion counts within this.
+COLD_START_S = 10.0
 
 
 class Suspicion:
@@ -45,13 +51,14 @@ class Suspicion:
         self.role = ctx.cluster.roles[peer].label
         self.after_s = ctx.cfg.suspect_after_s if after_s is None else after_s
         self.t0 = time.monotonic()
+        self.armed_at = max(self.t0, getattr(ctx, "cold_until", 0.0))  # not within a cold start
         self.fired = False
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
 
     def check(self) -> None:
-        if self.fired or not self.after_s or time.monotonic() - self.t0 < self.after_s:
+        if self.fired or not self.after_s or time.monotonic() - self.armed_at < self.after_s:
             return
         self.fired = True
         suspect(self.ctx, self.role, self.what, time.monotonic() - self.t0)
@@ -60,6 +67,8 @@ class Suspicion:
 def suspect(ctx, role: str, what: str, waited_s: float) -> dict | None:
     """Record the suspicion of ``role``'s holder; fence it here if no launcher will."""
     info = read_pid_file(ctx.cfg.run_dir, role)
+    if info is not None and info["pid"] == os.getpid():  # a stale file (a promotion renames roles): never itself
+        info = None
     if info is None:
         ctx.log.emit(Ev.SUSPECT, role=role, what=what, waited_s=round(waited_s, 3), pid=None, host=None,
                      t_suspect=time.time(), note="no pid file: cannot be fenced")

@@ -44,7 +44,10 @@ def test_a_hung_ps_is_suspected_fenced_and_replaced(tmp_path, mode):
     assert fence["pid"] == fault["pid"] and fence["how"] == "launcher"
     assert fault["fenced_s"] - fault["t_s"] <= SUSPECT_S + 1.0, fault
     (rec,) = s["recoveries"]
-    assert rec["kind"] == "hang" and rec["lost_steps"] <= (50 if mode == "checkpoint" else 0), rec
+    from psmodes.config import RunConfig
+
+    cfg = RunConfig.load(out / "config.json")
+    assert rec["kind"] == "hang" and rec["lost_steps"] <= cfg.recovery_mode.lost_steps_bound(cfg), rec
     # no two heads: the hung PS applied nothing after the replacement's first update
     hung = [e for e in events(out, "start") if e.get("pid") == fault["pid"]][0]["who"]
     last_old = max(e["t"] for e in events(out, "update") if e["who"] == hung)
@@ -136,7 +139,12 @@ def test_a_killed_launcher_leaves_no_stopped_process_behind(tmp_path):
     no_leftovers(out)
     from launch.driver.faults import alive
 
-    assert not alive(hang["pid"])  # gone, or a zombie waiting for init
+    # SIGKILLed: gone, or a zombie for init, within moments (a process tearing down its memory has
+    # an empty command line already, so no_leftovers does not see it, but it is not a zombie yet)
+    deadline = time.monotonic() + 10
+    while alive(hang["pid"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(hang["pid"]), "the stopped PS outlived its launcher"
 
 
 # ---- the fault records on a made-up event stream (a unit test of launch/analysis/faults.py)

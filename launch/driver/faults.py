@@ -73,6 +73,8 @@ def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as fh:
             return fh.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:  # reaped since the signal test (seen: a zombie taken by init), or no /proc
+        return not os.path.exists("/proc/self/stat")
     except OSError:
         return True
 

@@ -71,6 +71,7 @@ from psmodes.atomic import write_text_atomic
 from psmodes.config import MODES, ConfigError, RunConfig
 from psmodes.events import read_events
 from psmodes.pidfiles import read_pid_file
+from psmodes.suspicion import COLD_START_S
 
 from ..analysis.lazy import frame
 from ..driver.kills import schedule
@@ -279,11 +280,22 @@ def check_trial(cfg: RunConfig, summary: dict | None, wall_s: float,
         if before is not None and final is not None and final < before - tolerance:
             what = "before the first kill" if not lost else f"at the state it resumed from ({lost} steps before the kill)"
             bad.append(f"accuracy: {final:.3f} at the end, {before:.3f} {what} (tolerance {tolerance})")
-    return bad + check_faults(cfg, summary, outside_kills)
+    return bad + check_faults(cfg, summary, outside_kills, respawn_times(run_dir))
 
 
-def check_faults(cfg: RunConfig, summary: dict, outside_kills: list[int] = ()) -> list[str]:
-    """Split brain, hangs fenced in time and pauses ridden out, unplanned deaths recorded."""
+def respawn_times(run_dir: Path) -> list[float]:
+    """Seconds into training of the survivors' respawns (each opens a cold start, psmodes.suspicion)."""
+    from psmodes.events import read_run_events
+
+    events = read_run_events(run_dir)
+    t0 = next((e["t0_ms"] / 1000 for e in events if e["ev"] == "train_start"), None)
+    return [] if t0 is None else sorted({round(e["t"] - t0, 1) for e in events if e["ev"] == "respawned"})
+
+
+def check_faults(cfg: RunConfig, summary: dict, outside_kills: list[int] = (),
+                 respawns: list[float] = ()) -> list[str]:
+    """Split brain, hangs fenced in time and pauses ridden out, unplanned deaths recorded. A hang
+    within a cold start after a respawn (``respawns``) is suspected only once that has passed."""
     bad = []
     heads = sorted(summary.get("ps_heads") or [], key=lambda h: h["first_s"])
     for a, b in zip(heads, heads[1:]):
@@ -300,7 +312,8 @@ def check_faults(cfg: RunConfig, summary: dict, outside_kills: list[int] = ()) -
             bad.append(f"hang: a {f['for_s']} s pause at {f['t_s']} s was fenced (--suspect-after {suspect:g}s)")
         elif not ends and suspect and f.get("ended_s") is None:
             took = (f["fenced_s"] - f["t_s"]) if f.get("fenced_s") is not None else None
-            if took is None or took > suspect + FENCE_MARGIN_S:
+            cold = max([r + COLD_START_S - f["t_s"] for r in respawns if r <= f["t_s"]] + [0.0])
+            if took is None or took > suspect + FENCE_MARGIN_S + cold:
                 bad.append(f"hang: the hang at {f['t_s']} s was " + ("never fenced" if took is None else
                            f"fenced after {took:.2f} s") + f" (--suspect-after {suspect:g}s)")
     for f in faults:
