@@ -96,6 +96,7 @@ class AsyncWorker(Worker):
             self._ps_lost(exc, t_send)
             return
         self.pending = False
+        suspect.done()
         self.slowest_answer_s = max(self.slowest_answer_s, suspect.elapsed())
         applied = answer.applied
         staleness = answer.staleness if applied else None

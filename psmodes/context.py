@@ -105,7 +105,13 @@ class Context:
             self.log.emit(Ev.DETECT, via=via, error=str(exc), t_detect=t_detect, dead=workers,
                           role=self.cluster.me.label, rank=self.cluster.rank)
             raise RunFailed(f"{', '.join(workers)} died ({exc}); the worker group is fixed, so the run ends")
-        dead = self.cluster.shrink()
+        pending, self.open_suspicion = getattr(self, "open_suspicion", None), None
+        timer = pending.through_repair() if pending is not None else None  # a hung peer blocks the shrink
+        try:
+            dead = self.cluster.shrink()
+        finally:
+            if timer is not None:
+                timer.cancel()
         self.log.emit(Ev.DETECT, via=via, error=str(exc), t_detect=t_detect,
                       dead=[r.label for r in dead], role=self.cluster.me.label, rank=self.cluster.rank)
         self.mode.on_shrink(self.cluster, dead)  # RunFailed when no copy of the PS state survives

@@ -61,7 +61,7 @@ class Ev(StrEnum):
     SLOW = "slow"                      # a slow phase began: role, pid, host, for_s, factor
     PARTITION = "partition"            # the target's host cut off for for_s: host, link, peer
     FENCE = "fence"                    # a suspect SIGKILLed: pid, host, role, how (launcher or self), suspect
-    FENCE_REFUSED = "fence_refused"    # a suspicion not acted on: its rank's host did not answer (cut off)
+    FENCE_REFUSED = "fence_refused"    # a suspicion not acted on: reason (its rank cut off; the suspect dead already)
     KILL_FAILED = "kill_failed"        # a kill that could not be sent
     KILL_NOT_REACHED = "kill_not_reached"  # a scheduled kill whose time or step never came
     CRASH = "crash"                    # a rank's crash report read from mpirun.log

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import threading
 import time
 
 from .events import Ev
@@ -53,6 +54,25 @@ class Suspicion:
         self.t0 = time.monotonic()
         self.armed_at = max(self.t0, getattr(ctx, "cold_until", 0.0))  # not within a cold start
         self.fired = False
+        ctx.open_suspicion = self  # until done(): a repair that cuts this wait short keeps its deadline
+
+    def done(self) -> None:
+        """The peer answered: nothing to suspect any more."""
+        if getattr(self.ctx, "open_suspicion", None) is self:
+            self.ctx.open_suspicion = None
+
+    def through_repair(self) -> threading.Timer | None:
+        """The wait was cut short by a death elsewhere, and the repair that follows waits for the
+        same peer: MPI_Comm_shrink is a collective of every survivor, and a hung one never joins
+        it (found by psbench chaos: the PS stopped, the tail killed 1.3 s later, every survivor in
+        the shrink until the watchdog). The deadline keeps running while this process is blocked
+        in the repair; the caller cancels the timer once the repair returns."""
+        if self.fired or not self.after_s:
+            return None
+        timer = threading.Timer(max(0.0, self.armed_at + self.after_s - time.monotonic()), self.check)
+        timer.daemon = True
+        timer.start()
+        return timer
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0

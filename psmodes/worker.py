@@ -301,6 +301,7 @@ class Worker:
         else:  # the PS only acknowledged: every worker applies the same update to its copy (_take_weights)
             self.reply_weights = APPLY
         self.pending = False
+        suspect.done()
         self.slowest_answer_s = max(self.slowest_answer_s, suspect.elapsed())  # what --suspect-after must exceed
         self.mode.after_answer(self, self.version, answer)
         self.version, self.t0_ms = answer.version, answer.t0_ms

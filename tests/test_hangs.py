@@ -58,6 +58,21 @@ def test_a_hung_ps_is_suspected_fenced_and_replaced(tmp_path, mode):
 
 
 @pytest.mark.slow
+def test_a_hung_ps_does_not_block_the_repair_of_another_death(tmp_path):
+    """Found by psbench chaos: the PS stopped, then the tail killed before anyone suspected the PS.
+    Every survivor went into MPI_Comm_shrink, which the stopped PS never joins, until the watchdog.
+    The leader's deadline on the PS runs on through the repair: the PS is fenced and the shrink ends."""
+    out, s = run_ok(tmp_path, *SYN, "--mode", "chain", "--replicas", "2", "--duration", "9s",
+                    "--hang-ps", "3s", "--kill-replica", "4s", "--suspect-after", f"{SUSPECT_S}s")
+    hang, kill = s["faults"]
+    assert (hang["kind"], kill["kind"]) == ("hang", "kill"), s["faults"]
+    assert hang["fenced_s"] - hang["t_s"] <= SUSPECT_S + 1.0, hang
+    assert s["recoveries"] and all(r["lost_steps"] == 0 for r in s["recoveries"]), s["recoveries"]
+    assert s["wall_s"] < 60, s["wall_s"]
+    no_leftovers(out)
+
+
+@pytest.mark.slow
 def test_a_pause_shorter_than_the_deadline_and_a_slow_phase_are_ridden_out(tmp_path):
     out, s = run_ok(tmp_path, *SYN, "--mode", "checkpoint", "--duration", "10s", "--hang-ps", "2s~1s",
                     "--slow-ps", "5s~3s", "--slow-factor", "4", "--suspect-after", f"{SUSPECT_S}s")

@@ -312,8 +312,9 @@ class Injector:
                 if route == "local":
                     try:
                         os.kill(int(info["pid"]), signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass  # died meanwhile: ULFM tells the ranks
+                    except ProcessLookupError:  # died meanwhile (a suspicion kept through a repair): no fence
+                        self._refused(key, "the suspect was dead already")
+                        continue
                     self._fenced(key, {"how": "local"})
                     continue
                 f["proc"] = subprocess.Popen(kill_command(route, info["host"], info["pid"]), stdout=subprocess.PIPE,
@@ -330,6 +331,9 @@ class Injector:
             if proc.returncode == 0:
                 self._fenced(key, {"how": route, "t_remote": _first_float(stdout),
                                    "rtt_s": round(time.time() - f["t"], 4)})
+                continue
+            if proc.returncode == 1 and "No such process" in stderr:  # the host answered: it was dead already
+                self._refused(key, "the suspect was dead already")
                 continue
             self.log.emit("kill_failed", pid=info["pid"], host=info["host"], role=suspect.get("role"), at="fence",
                           attempt=f["attempt"], error=f"exit {proc.returncode}: {stderr.strip()[-200:]}")
@@ -348,12 +352,14 @@ class Injector:
         if probe.returncode == 0:
             f["probe"] = None
             return True
+        self._refused(key, f"the suspecting rank's host {f['suspect'].get('by_host')} did not answer within "
+                           f"{FENCE_PROBE_S:g} s: it is the one cut off")
+        return False
+
+    def _refused(self, key, reason: str) -> None:
         suspect = self.fencing.pop(key)["suspect"]
         self.log.emit("fence_refused", pid=key[0], host=key[1], role=suspect.get("role"), by=suspect.get("who"),
-                      by_host=suspect.get("by_host"), t_suspect=suspect.get("t_suspect"),
-                      reason=f"the suspecting rank's host {suspect.get('by_host')} did not answer within "
-                             f"{FENCE_PROBE_S:g} s: it is the one cut off")
-        return False
+                      by_host=suspect.get("by_host"), t_suspect=suspect.get("t_suspect"), reason=reason)
 
     def _fenced(self, key, how: dict) -> None:
         f = self.fencing.pop(key)

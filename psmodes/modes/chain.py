@@ -115,6 +115,8 @@ def replicate(server, wait_ack: bool, ack: bool | None = None, fresh: bool = Fal
     suspect = None if fresh else Suspicion(ctx, c.replicas[0], "the previous state's delivery", after)
     tp.wait(server.repl_sends.on(c.world), ctx.peer_timeout, "previous replication", on_idle=ctx.idle,
             watch=ctx.death_watch(), suspect=suspect)
+    if suspect is not None:
+        suspect.done()
     opt.pack(server.repl_buf)
     state = State(opt.version, wait_ack if ack is None else ack, server.t0_ms)
     server.repl_sends.post(c.world, tp.isend(c.world, state, server.repl_buf.numpy(), c.replicas[0], tp.TAG_CHAIN))
@@ -126,5 +128,7 @@ def replicate(server, wait_ack: bool, ack: bool | None = None, fresh: bool = Fal
                 watch=ctx.death_watch(), suspect=suspect)
         ack, _ = tp.recv(c.world, MPI.ANY_SOURCE, tp.TAG_ACK, ctx.peer_timeout, "tail acknowledges", Ack,
                          on_idle=ctx.idle, suspect=suspect)
+        if suspect is not None:
+            suspect.done()
         if ack.version != opt.version:
             raise RunFailed(f"tail acknowledged version {ack.version}, head is at {opt.version}")
