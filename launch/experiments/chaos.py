@@ -69,7 +69,7 @@ import psutil
 
 from psmodes.atomic import write_text_atomic
 from psmodes.config import MODES, ConfigError, RunConfig
-from psmodes.events import read_events
+from psmodes.events import read_events, read_run_events
 from psmodes.pidfiles import read_pid_file
 from psmodes.suspicion import COLD_START_S
 
@@ -285,8 +285,6 @@ def check_trial(cfg: RunConfig, summary: dict | None, wall_s: float,
 
 def respawn_times(run_dir: Path) -> list[float]:
     """Seconds into training of the survivors' respawns (each opens a cold start, psmodes.suspicion)."""
-    from psmodes.events import read_run_events
-
     events = read_run_events(run_dir)
     t0 = next((e["t0_ms"] / 1000 for e in events if e["ev"] == "train_start"), None)
     return [] if t0 is None else sorted({round(e["t"] - t0, 1) for e in events if e["ev"] == "respawned"})
