@@ -128,10 +128,8 @@ def failure_figures(results: dict) -> dict:
                    "lost": [r["lost_steps"] for r in recs], "unplanned": f.get("unplanned", 0)}
         out["by_run"][(f["mode"], kind)] = figures
         total = out["by_kind"].setdefault(kind, {k: [] if isinstance(v, list) else 0 for k, v in figures.items()})
-        for k, v in figures.items():
-            if isinstance(v, list):
-                total[k] += v
-            elif isinstance(v, (int, float)) and not isinstance(v, bool):
+        for k, v in figures.items():  # lists are joined, counts added; flags and reasons are per run
+            if isinstance(v, list) or (isinstance(v, (int, float)) and not isinstance(v, bool)):
                 total[k] += v
         if kind == "kill":
             out["detections"] += figures["detections"]

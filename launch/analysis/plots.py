@@ -55,8 +55,10 @@ FAULT_LINES = {("kill", "ps"): ("--", "PS killed (SIGKILL)"), ("kill", "replica"
 def fault_key(fault: dict) -> tuple[str, str]:
     kind = fault.get("kind", "kill") if fault.get("planned", True) else "unplanned"
     target = "replica" if str(fault.get("role", "ps")).startswith("replica") and kind != "unplanned" else "ps"
-    key = (kind, target)
-    return key if key in FAULT_LINES else (kind, "ps") if (kind, "ps") in FAULT_LINES else ("unplanned", "ps")
+    for key in ((kind, target), (kind, "ps")):  # a kind without a replica style is drawn as at the PS
+        if key in FAULT_LINES:
+            return key
+    return ("unplanned", "ps")
 
 
 def kill_times(runs) -> list[tuple[tuple, float]]:
