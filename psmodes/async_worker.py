@@ -128,10 +128,13 @@ class AsyncWorker(Worker):
         t_connect = time.perf_counter()
         hello = Hello(self.version, buffered=buffered, t0_ms=self.t0_ms, policy=POLICY_CODES[cfg.replay],
                       vectors=len(vectors), worker=self.index)
+        # the sends only: a replacement answers once every worker's hand-over is in (async_server)
+        suspect = Suspicion(ctx, c.ps, f"the PS's receipt of worker{self.index}'s hello")
         tp.send(c.world, hello, None, c.ps, tp.TAG_TO_PS, ctx.peer_timeout, "worker says hello", on_idle=ctx.idle,
-                watch=ctx.death_watch())
+                watch=ctx.death_watch(), suspect=suspect)
         if handover:
-            handover_s = self.mode.send_handover(self, vectors)
+            handover_s = self.mode.send_handover(self, vectors, suspect)
+        suspect.done()
         version_before = self.version
         reply = self._receive_weights(ctx.outage_timeout, "worker waits for the PS")
         if handover:

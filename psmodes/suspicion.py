@@ -4,8 +4,8 @@ for ``--suspect-after`` seconds.
 ULFM reports a death (a SIGKILL, a crash) in tens of milliseconds, but nothing reports
 a process that hangs: a stopped process, a stuck GPU or collective, a host swapping. Its
 peers' waits went on until ``--peer-timeout`` (60 s) and the run failed. Now the waits
-on the critical path (the workers' exchange with the PS, the chain head's wait for its
-successor's acknowledgement) carry a :class:`Suspicion`. Past the deadline it records a
+on the critical path (the workers' exchange with the PS, their reconnection and hand-over to
+a replacement, the chain head's wait for its successor's acknowledgement) carry a :class:`Suspicion`. Past the deadline it records a
 ``suspect`` event that names the peer's pid and host, read from the pid file the peer
 wrote when it took its role, and the wait goes on.
 
@@ -74,14 +74,40 @@ class Suspicion:
         timer.start()
         return timer
 
+    def _held_s(self) -> float:
+        """How long the peer's current holder has held its role; 0 while none holds it yet (no pid
+        file, or here the file of a dead holder). A replacement on a loaded machine can take longer
+        than the cold start to get there (the imports, the model, a restore): it is starting, not
+        hung, and a process that named no pid cannot be fenced anyway (found by psbench chaos: a
+        replacement PS stopped before it answered the hand-over was never suspected, because the
+        hand-over's wait carried no suspicion; with one, it must not blame a slow start)."""
+        info = read_pid_file(self.ctx.cfg.run_dir, self.role)
+        if info is None or (info["host"] == socket.gethostname() and not _alive(int(info["pid"]))):
+            return 0.0
+        return max(0.0, time.time() - float(info.get("t", 0.0)))
+
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
 
     def check(self) -> None:
         if self.fired or not self.after_s or time.monotonic() - self.armed_at < self.after_s:
             return
+        held_s = self._held_s()
+        if held_s < self.after_s:  # the holder took its role only now: the whole deadline from then
+            self.armed_at = time.monotonic() - held_s
+            return
         self.fired = True
         suspect(self.ctx, self.role, self.what, time.monotonic() - self.t0)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 def suspect(ctx, role: str, what: str, waited_s: float) -> dict | None:

@@ -394,16 +394,20 @@ class Worker:
         buffered, vectors = offer if offer is not None else (0, [])
         hello = Hello(self.version, pending=pending, buffered=buffered, t0_ms=self.t0_ms,
                       policy=POLICY_CODES[cfg.replay], vectors=len(vectors))
+        # a replacement that hangs before it answers is fenced like a hung PS; the cold start after a
+        # respawn and the holder's own start-up are not counted (psmodes.suspicion)
+        suspect = Suspicion(ctx, c.ps, "the PS's answer to the leader's hello")
         tp.send(c.world, hello, None, c.ps, tp.TAG_TO_PS, ctx.peer_timeout, "leader says hello",
-                watch=ctx.death_watch())
+                watch=ctx.death_watch(), suspect=suspect)
         if pending:  # stateless buffered it instead (on_ps_lost), so it is never re-sent there
             tp.wait(c.world.Isend(self.grad_host.numpy(), c.ps, tp.TAG_TO_PS), ctx.peer_timeout, "re-send gradient",
-                    watch=ctx.death_watch())
+                    watch=ctx.death_watch(), suspect=suspect)
         if offer is not None:
-            handover_s = self.mode.send_handover(self, vectors)
+            handover_s = self.mode.send_handover(self, vectors, suspect)
         answer, _ = tp.recv(c.world, MPI.ANY_SOURCE, tp.TAG_FROM_PS, ctx.outage_timeout, "leader waits for the PS",
-                            Answer)
-        self._recv_weights()
+                            Answer, suspect=suspect)
+        self._recv_weights(suspect)
+        suspect.done()
         if offer is not None:
             self.mode.handed_over(self, len(vectors), handover_s)
         if pending:  # the re-sent gradient was answered too (applied now or before): the mode may keep it

@@ -28,6 +28,7 @@ import pytest
 
 from conftest import events, run_ok
 from launch.analysis.summary import replay_taken
+from psmodes.suspicion import COLD_START_S
 
 SYN = ["--benchmark", "synthetic", "--model-params", "200000", "--workers", "2", "--eval-interval", "1s",
        "--restart-delay", "1s", "--duration", "8s", "--deadline", "120s"]
@@ -296,3 +297,17 @@ def test_killpoint_fires_once_per_listed_entry(tmp_path, monkeypatch):
     assert killpoints.reached("takeover", ctx) and not killpoints.reached("takeover", ctx)
     assert stops == [signal.SIGSTOP] * 3
     assert [f["nth"] for ev, f in emitted] == [1, 2, 1] and all(ev == "killpoint" for ev, _ in emitted)
+
+
+def test_a_replacement_hung_in_its_hand_over_is_fenced(tmp_path):
+    """Found by psbench chaos: the stateless replacement stopped before it answered the leader's
+    hand-over was never suspected (that wait carried no suspicion) and the run waited out its peer
+    timeout. Now it is fenced once the cold start after the respawn is over, and replaced again."""
+    out, s = run_ok(tmp_path, *SYN, *MODE_ARGS["stateless"], *SUSPECT,
+                    "--kill-ps", "point:apply@100", "--hang-ps", "point:replay")
+    (hang,) = [f for f in s["faults"] if f["kind"] == "hang"]
+    (fence,) = events(out, "fence")
+    assert fence["pid"] == hang["pid"] and fence["role"] == "ps", (fence, hang)
+    assert {e["generation"] for e in events(out, "respawned")} == {1, 2}  # replaced, then replaced again
+    assert hang["fenced_s"] - hang["t_s"] <= COLD_START_S + 2.0 + 1.0, hang
+    check_promise(out, s)

@@ -110,14 +110,15 @@ class RecoveryMode:
         ``receive_handover``, a PS that took over (a promoted replica) with ``ps_catch_up``."""
         return None
 
-    def send_handover(self, worker, vectors: list) -> float:
+    def send_handover(self, worker, vectors: list, suspect=None) -> float:
         """Send what :meth:`handover` returned, after the Hello; the seconds it took."""
         raise NotImplementedError(f"mode {self.name} has no hand-over")
 
     @staticmethod
-    def send_to_ps(worker, arrays: list, what: str) -> float:
+    def send_to_ps(worker, arrays: list, what: str, suspect=None) -> float:
         """Post every array to the PS on the hand-over tag, wait for them all; the seconds it took.
-        (Posted together: the PS receives them in order, while the worker waits for none alone.)"""
+        (Posted together: the PS receives them in order, while the worker waits for none alone.)
+        ``suspect``: the reconnection's :class:`psmodes.suspicion.Suspicion`."""
         import time
 
         from .. import transport as tp
@@ -125,7 +126,7 @@ class RecoveryMode:
         c, ctx = worker.ctx.cluster, worker.ctx
         t0 = time.perf_counter()
         reqs = [c.world.Isend(a, c.ps, tp.TAG_HANDOVER) for a in arrays]
-        tp.wait(reqs, ctx.peer_timeout, what, watch=ctx.death_watch())
+        tp.wait(reqs, ctx.peer_timeout, what, watch=ctx.death_watch(), suspect=suspect)
         return time.perf_counter() - t0
 
     def handed_over(self, worker, n_vectors: int, seconds: float) -> None:

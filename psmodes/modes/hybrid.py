@@ -118,8 +118,8 @@ class Hybrid(ChainReplication):
             return None
         return 0, backup.vectors(upto=worker.version)
 
-    def send_handover(self, worker, vectors: list) -> float:
-        return self.send_to_ps(worker, [v.numpy() for v in vectors], "catch-up to the new head")
+    def send_handover(self, worker, vectors: list, suspect=None) -> float:
+        return self.send_to_ps(worker, [v.numpy() for v in vectors], "catch-up to the new head", suspect)
 
     def handed_over(self, worker, n_vectors: int, seconds: float) -> None:
         from ..events import Ev

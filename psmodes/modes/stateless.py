@@ -91,10 +91,10 @@ class Stateless(RecoveryMode):
             return worker.buffer.count, worker.buffer.vectors()
         return None
 
-    def send_handover(self, worker, vectors: list) -> float:
+    def send_handover(self, worker, vectors: list, suspect=None) -> float:
         # the frozen last weights, or (local) the worker's stepped copy: both are weights_in
         return self.send_to_ps(worker, [worker.weights_in, *(v.numpy() for v in vectors)],
-                               "hand-over to the replacement PS")
+                               "hand-over to the replacement PS", suspect)
 
     def handed_over(self, worker, n_vectors: int, seconds: float) -> None:
         """The replacement answered, so it applied the buffer. Until then the buffer is kept, so a
