@@ -205,3 +205,38 @@ def test_compare_bad_input_is_one_line(tmp_path):
     (tmp_path / "x.json").write_text("[1, 2]")
     proc = psbench("compare", str(tmp_path / "x.json"), str(tmp_path / "missing"))
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+# ---------------------------------------------------------------- setbacks and outages
+
+def test_setbacks_of_a_known_timeline():
+    """A dip after the first failure, regained later; none after the second; a loss metric."""
+    from launch.analysis.setbacks import setbacks
+
+    timeline = [[0, 0, 0.2], [1, 10, 0.6], [2, 20, 0.7], [5, 30, 0.3], [6, 40, 0.65], [7, 50, 0.72],
+                [9, 60, 0.8], [10, 70, 0.81]]
+    faults = [{"kind": "kill", "planned": True, "t_s": 2.5}, {"kind": "hang", "planned": True, "t_s": 8.0}]
+    recs = [{"fault": 0, "lost_steps": 0, "buffered_updates": 300, "recovery_s": 2.4}]
+    first, second = setbacks(timeline, faults, recs, samples_per_update=64, replay="paper")
+    assert (first["before"], first["worst"], first["worst_t_s"], first["dip"]) == (0.7, 0.3, 5.0, 0.4)
+    assert first["regained_s"] == 4.5  # 7.0 (0.72 >= 0.7) - 2.5
+    assert first["lost_samples"] == 0 and first["outage_s"] == 2.4
+    assert first["cause"] == "replay of 300 buffered updates (policy paper)"
+    assert second["dip"] == 0.0 and second["regained_s"] == 0.0 and second["cause"] is None
+    (loss,) = setbacks([[0, 0, 2.0], [1, 5, 1.5], [3, 9, 1.9], [4, 12, 1.6]],
+                       [{"kind": "kill", "t_s": 1.5}], [{"fault": 0, "lost_steps": 3}], 32, higher_is_better=False)
+    assert loss["dip"] == 0.4 and loss["regained_s"] is None and loss["lost_samples"] == 96
+    assert loss["cause"] == "restart from a state 3 steps old"
+
+
+def test_plots_break_lines_where_nothing_was_evaluated():
+    import numpy as np
+
+    from launch.analysis.plots import in_gap, outage_spans, with_gaps
+
+    t = np.array([0.0, 1.0, 2.0, 3.0, 9.0, 10.0])
+    assert in_gap(np.array([2.5, 5.0, 8.9, 9.5]), t).tolist() == [False, True, True, False]
+    tt, yy = with_gaps(t, [1, 2, 3, 4, 5, 6])
+    assert np.isnan(yy[4]) and tt[4] == 6.0 and len(tt) == 7
+    spans = outage_spans([[{"fault": 0, "t_s": 3.0, "outage_s": 2.0}], [{"fault": 0, "t_s": 5.0, "outage_s": 4.0}]])
+    assert spans == [(4.0, 7.0)]

@@ -58,6 +58,14 @@ METRICS = [
            "from the failure to the first update applied by the new PS, mean over the run's failures"),
     Metric("lost_steps", "lost steps", "{:.1f}", "low",
            "PS updates lost by the run's kills (total over its kills)"),
+    Metric("worst_dip", "worst dip", "{:.3f}", "low",
+           "the largest fall of the evaluated metric after a failure below its value just before it (0: it never "
+           "fell), the worst over the run's failures"),
+    Metric("regained_s", "regained (s)", "{:.1f}", "low",
+           "from a failure to the first evaluation back at the value before it, the longest over the run's "
+           "failures (0 without a dip; runs that never regained it are left out)"),
+    Metric("lost_samples", "lost samples", "{:.0f}", "low",
+           "training samples whose updates the kills lost: lost steps x the samples of one PS update"),
     Metric("idle_s", "worker idle (s)", "{:.2f}", "low",
            "seconds the workers were blocked by the outages (total over the run's kills)"),
     Metric("unplanned_failures", "unplanned failures", "{:.1f}", "low",
@@ -283,6 +291,10 @@ def run_metrics(summary: dict, config: dict | None, target: float, path: Path | 
     recs = summary.get("recoveries") or []
     recovered = bool(kills) and bool(recs)
     tt = time_to_target(summary.get("accuracy_timeline") or [], target)
+    backs = summary.get("setbacks") or []
+    dips = [b["dip"] for b in backs if b.get("dip") is not None]
+    regained = [b["regained_s"] for b in backs if b.get("regained_s") is not None]
+    lost = [b["lost_samples"] for b in backs if b.get("lost_samples") is not None]
     out = {
         "final_accuracy": summary.get("final_accuracy"),
         "time_to_target_s": tt,
@@ -291,6 +303,9 @@ def run_metrics(summary: dict, config: dict | None, target: float, path: Path | 
         "recovery_s": mean_ci([r.get("recovery_s") for r in recs]).mean if recovered else None,
         "lost_steps": sum(r.get("lost_steps") or 0 for r in recs) if recovered else None,
         "idle_s": sum(r.get("idle_s") or 0 for r in recs) if recovered else None,
+        "worst_dip": max(dips) if dips else None,
+        "regained_s": max(regained) if regained else None,
+        "lost_samples": sum(lost) if lost else None,
         "unplanned_failures": sum(1 for f in kills if not f.get("planned", True)),
         "checkpoint_overhead_pct": checkpoint_overhead_pct(path, config, summary.get("train_s")),
         "buffered_updates": sum(r.get("buffered_updates") or 0 for r in recs) if recovered else None,

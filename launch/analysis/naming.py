@@ -15,6 +15,7 @@ import hashlib
 import json
 import re
 
+from psmodes import modes
 from psmodes.config import RunConfig
 
 IGNORED = ("seed", "run_dir", "data_dir", "format_version", "hosts")  # hosts: where, not what
@@ -24,10 +25,14 @@ KILL_KEYS = {"kill_ps": "kills", "kill_replica": "replica-kills", "hang_ps": "ha
 
 
 def identity(config: dict) -> dict:
-    """The configuration of a run: its config minus seed and paths. A key missing from an
-    older run's config had its default then (so old and new runs of one setting group together)."""
+    """The configuration of a run: its config minus seed and paths, and minus the options of other
+    recovery modes than its own (a checkpoint run's ``replay`` changes nothing, so a sweep that crosses
+    mode with a stateless replay policy runs checkpoint once). A key missing from an older run's
+    config had its default then (so old and new runs of one setting group together)."""
     full = {**RunConfig().to_dict(), **config}
-    return {k: v for k, v in full.items() if k not in IGNORED}
+    mode = modes.REGISTRY.get(full.get("mode"))
+    foreign = {o for m in modes.REGISTRY.values() for o in m.options} - set(mode.options if mode else ())
+    return {k: v for k, v in full.items() if k not in IGNORED and not (mode and k in foreign)}
 
 
 def key_of(config: dict) -> str:
@@ -47,7 +52,8 @@ def varying_keys(configs: list[dict]) -> list[str]:
     """Keys (of the identities) whose values differ among ``configs``, in label order."""
     ids = [identity(c) for c in configs]
     keys = sorted({k for d in ids for k in d})
-    varying = [k for k in keys if len({json.dumps(d.get(k), sort_keys=True, default=str) for d in ids}) > 1]
+    # a key that only some configurations have (an option of their mode) varies only if they differ in it
+    varying = [k for k in keys if len({json.dumps(d[k], sort_keys=True, default=str) for d in ids if k in d}) > 1]
     rank = {k: i for i, k in enumerate(ORDER)}
     return sorted(varying, key=lambda k: (rank.get(k, len(ORDER)), k))
 
@@ -66,7 +72,8 @@ def labels(configs: list[dict], keys: list[str] | None = None) -> list[str]:
             by_count[k] = all(len(v) == 1 for v in seen.values())
     out = []
     for c in configs:
-        parts = [_part(k, c.get(k), by_count.get(k, False)) for k in keys]
+        mine = identity(c)  # an option of another mode names nothing here
+        parts = [_part(k, c.get(k), by_count.get(k, False)) for k in keys if k in mine]
         out.append(sanitize("-".join(p for p in parts if p)) or "all")
     # a formatting that merged two different configurations gets a short hash
     owners: dict[str, set] = {}

@@ -4,7 +4,12 @@ interpolated onto a common time grid), a shaded 95% confidence band across
 seeds, the target accuracy, and the failures as vertical lines at their mean
 times, one line style per kind (:data:`FAULT_LINES`: a PS kill dashed, a replica
 kill dash-dot, hangs dotted, ...): black when every line has the same failures,
-else in the colour of each configuration."""
+else in the colour of each configuration.
+
+Outages are grey bands (the seeds' mean: from the failure to the first update of
+the new PS), and a line is not drawn across an interval without evaluations: the
+evaluator waits while the PS is down, and a straight line through the outage made
+a replay's sudden fall look gradual."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -37,11 +42,49 @@ def mean_band(timelines: list[list], points: int = 300):
         half = t_quantile(n) * ys.std(axis=0, ddof=1) / np.sqrt(n) if n >= 2 else None
         return np.array([t_end]), ys.mean(axis=0), half
     grid = np.linspace(t_start, t_end, points)
-    ys = np.vstack([np.interp(grid, t, a) for t, a in series])
+    ys = np.vstack([np.where(in_gap(grid, t), np.nan, np.interp(grid, t, a)) for t, a in series])
     mean = ys.mean(axis=0)
     n = len(series)
     half = t_quantile(n) * ys.std(axis=0, ddof=1) / np.sqrt(n) if n >= 2 else None
     return grid, mean, half
+
+
+def in_gap(grid: np.ndarray, t: np.ndarray, factor: float = 2.5) -> np.ndarray:
+    """Where ``grid`` falls between two evaluations further apart than ``factor`` x their usual
+    interval (the median): nothing was measured there, so nothing is drawn (NaN breaks a line)."""
+    if len(t) < 3:
+        return np.zeros(len(grid), bool)
+    steps = np.diff(t)
+    wide = np.flatnonzero(steps > factor * np.median(steps))
+    mask = np.zeros(len(grid), bool)
+    for i in wide:
+        mask |= (grid > t[i]) & (grid < t[i + 1])
+    return mask
+
+
+def with_gaps(t, y) -> tuple[np.ndarray, np.ndarray]:
+    """One run's timeline with a NaN in each gap between evaluations (see :func:`in_gap`)."""
+    t, y = np.asarray(t, float), np.asarray(y, float)
+    if len(t) < 3:
+        return t, y
+    steps = np.diff(t)
+    cut = np.flatnonzero(steps > 2.5 * np.median(steps)) + 1
+    return np.insert(t, cut, (t[cut - 1] + t[cut]) / 2), np.insert(y, cut, np.nan)
+
+
+def outage_spans(setback_lists: list[list[dict]]) -> list[tuple[float, float]]:
+    """(start, end) of the i-th outage, the mean over the runs that recovered from an i-th failure."""
+    by_index: dict[int, list] = {}
+    for backs in setback_lists:
+        for b in backs:
+            if b.get("outage_s") is not None:
+                by_index.setdefault(b["fault"], []).append((b["t_s"], b["t_s"] + b["outage_s"]))
+    return [tuple(np.mean(by_index[i], axis=0)) for i in sorted(by_index)]
+
+
+def shade_outages(ax, spans, color: str = "#888888", label: str | None = "outage (failure to the new PS's first update)"):
+    for i, (a, b) in enumerate(spans):
+        ax.axvspan(a, b, color=color, alpha=0.13, linewidth=0, label=label if i == 0 else None)
 
 
 # how each failure is marked, by (kind, target): kills of the PS dashed, of a replica dash-dot
@@ -84,6 +127,7 @@ def plot_accuracy(lines: list[tuple], title: str, target: float, path: Path) -> 
     extra = iter(EXTRA_COLORS * 4)
     used_colors: set[str] = set()
     kill_styles = set()
+    outages = False
     schedules = [kill_times(a.completed) for a, _ in lines if kill_times(a.completed)]
     shared = bool(schedules) and all(len(k) == len(schedules[0]) and all(
         r1 == r2 and abs(t1 - t2) < 1.0 for (r1, t1), (r2, t2) in zip(k, schedules[0])) for k in schedules)
@@ -109,6 +153,9 @@ def plot_accuracy(lines: list[tuple], title: str, target: float, path: Path) -> 
             kill_styles.add(key)
             if not shared:
                 ax.axvline(t, color=color, linestyle=style, linewidth=1.1, alpha=0.85)
+        spans = outage_spans([(r.summary or {}).get("setbacks") or [] for r in runs])
+        shade_outages(ax, spans, color="#888888" if shared else color, label=None)
+        outages = outages or bool(spans)
         drawn += 1
     if shared:  # every line has the same kills: one black marker each, at the mean time
         for i, (key, _) in enumerate(schedules[0]):
@@ -121,6 +168,9 @@ def plot_accuracy(lines: list[tuple], title: str, target: float, path: Path) -> 
     handles, labels = ax.get_legend_handles_labels()
     handles.append(plt.Line2D([], [], color="#999999", linestyle=":"))
     labels.append(f"target {target:.2f}")
+    if outages:
+        handles.append(plt.Rectangle((0, 0), 1, 1, color="#888888", alpha=0.25, linewidth=0))
+        labels.append("outage (mean over seeds)")
     for key, (style, name) in FAULT_LINES.items():
         if key in kill_styles:
             handles.append(plt.Line2D([], [], color="black", linestyle=style, linewidth=1.1))

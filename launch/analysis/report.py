@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from pathlib import Path
 
 from psmodes.atomic import write_text_atomic
@@ -154,6 +155,72 @@ def _leader(cands, key: str, claim: str) -> list[str]:
     return [text + "."]
 
 
+def _largest_dip(cands: list[ConfigAggregate]) -> list[str]:
+    """The configuration whose failures set the model back furthest, and what did it."""
+    dipped = [a for a in cands if (_mean(a, "worst_dip") or 0) > 0]
+    if not dipped:
+        return []
+    worst = max(dipped, key=lambda a: _mean(a, "worst_dip"))
+    cause = _common_cause(worst, dipped_only=True)
+    why = f" (most often after: {cause})" if cause else ""
+    text = (f"**{worst.label}** was set back furthest: its evaluated accuracy fell by "
+            f"{fmt_est('worst_dip', worst.estimates['worst_dip'])} after a failure{why}")
+    others = [a for a in cands if a is not worst and _mean(a, "worst_dip") is not None]
+    if others:
+        least = min(others, key=lambda a: _mean(a, "worst_dip"))
+        text += f"; least: {least.label} ({fmt_est('worst_dip', least.estimates['worst_dip'])})"
+    return [text + "."]
+
+
+def _common_cause(agg: ConfigAggregate, dipped_only: bool = False) -> str | None:
+    """The most frequent cause of the configuration's setbacks (launch/analysis/setbacks.py)."""
+    causes = Counter(b["cause"] for r in agg.completed for b in (r.summary or {}).get("setbacks") or []
+                     if b.get("cause") and (b.get("dip") or not dipped_only))
+    return causes.most_common(1)[0][0] if causes else None
+
+
+def setback_section(aggs: list[ConfigAggregate]) -> list[str]:
+    """The setbacks: how far each configuration's metric fell after its failures, and how long it took back."""
+    rows = [{"configuration": a.label,
+             **{METRIC_BY_KEY[k].title: fmt_est(k, a.estimates[k]) for k in ("worst_dip", "regained_s", "lost_samples")},
+             "cause (most frequent)": _common_cause(a) or NA} for a in aggs if a.has_kills]
+    if not rows:
+        return []
+    return ["### Setbacks", "", "What the failures cost the model: how far the evaluated accuracy fell below its "
+            "value just before a failure (the worst dip), how long it took to get back there, and the samples "
+            "whose updates were lost.", "", md_table(rows), ""]
+
+
+SHORT_KEYS = ("final_accuracy", "worst_dip", "time_to_target_s", "recovery_s", "lost_steps", "samples_per_s")
+
+
+def in_short(aggs: list[ConfigAggregate], most: int = 5) -> list[str]:
+    """The report's opening: the largest differences between modes (the best against the worst of
+    each group of configurations that differ only in their mode, per figure) that are significant
+    at 95%, largest relative difference first; if none is, the largest ones, said so."""
+    cands = []
+    for name, group in slices(aggs):
+        for key in SHORT_KEYS:
+            ranked = _best([a for a in group if a.completed], key)
+            if len(ranked) < 2 or _same(ranked[0], ranked[-1], key):
+                continue
+            best, worst = ranked[0], ranked[-1]
+            hi, lo = _mean(best, key), _mean(worst, key)
+            rel = abs(hi - lo) / max(abs(hi), abs(lo), 1e-12)
+            cands.append((rel, welch(best.values[key], worst.values[key]), name, key, best, worst))
+    sig = sorted((c for c in cands if c[1].significant), key=lambda c: -c[0])
+    shown = sig[:most] or sorted(cands, key=lambda c: -c[0])[:min(3, most)]
+    out = []
+    for _rel, test, name, key, best, worst in shown:
+        m = METRIC_BY_KEY[key]
+        out.append(f"- {name}: **{best.label}** {m.title} {fmt_est(key, best.estimates[key])} against "
+                   f"{worst.label} {fmt_est(key, worst.estimates[key])} ({m.better}er is better); "
+                   f"{sig_phrase(test)}.")
+    if shown and not sig:
+        out.insert(0, "- No difference between the modes is significant at 95%; the largest ones:")
+    return out
+
+
 def findings(aggs: list[ConfigAggregate], target: float) -> list[str]:
     """Sentences generated from the numbers: per group of configurations that differ only
     in their mode, who reached the target first, who lost least accuracy, who recovered
@@ -210,6 +277,7 @@ def findings(aggs: list[ConfigAggregate], target: float) -> list[str]:
         else:
             lines += _leader(cands, "final_accuracy", "ended with the highest final accuracy ({})")
         lines += _leader(cands, "recovery_s", "recovered fastest ({} s from kill to the first new update)")
+        lines += _largest_dip(cands)
         lines += _leader(cands, "samples_per_s", "trained fastest ({} samples/s)")
         out.append(f"- {name}:\n" + "\n".join(f"  - {ln}" for ln in lines))
     if not out:  # nothing to compare: state each configuration's own figures
@@ -316,6 +384,9 @@ def render(name, src, sweep, runs, aggs, target, plots, pricing, machine, machin
     if not_done:
         L += [f"**{len(not_done)} of {len(runs)} runs did not complete** ({DAGGER}): they are listed under "
               f"[Incomplete and failed runs](#incomplete-and-failed-runs) and left out of the means.", ""]
+    short = in_short(aggs)
+    if short:
+        L += ["## In short", ""] + short + [""]
     L += ["## Findings", "", "Generated from the numbers below; a difference is called significant when Welch's "
           "t-test gives p < 0.05.", ""]
     L += findings(aggs, target) or ["- no completed runs: nothing to compare."]
@@ -331,6 +402,7 @@ def render(name, src, sweep, runs, aggs, target, plots, pricing, machine, machin
                      **{METRIC_BY_KEY[k].title: fmt_est(k, a.estimates[k])
                         for k in ("detection_latency_s", "recovery_s", "lost_steps", "idle_s", "unplanned_failures",
                                   "checkpoint_overhead_pct", "buffered_updates")}} for a in aggs]), ""]
+    L += setback_section(aggs)
     with_ref = [a for a in aggs if a.reference]
     if with_ref:
         by_label = {a.label: a for a in aggs}

@@ -10,6 +10,7 @@ from psmodes.atomic import write_text_atomic
 
 from .faults import fault_list
 from .lazy import frame, pyplot
+from .plots import outage_spans, shade_outages, with_gaps
 
 
 def plot_timeline(summary: dict, path: Path) -> Path | None:
@@ -19,7 +20,8 @@ def plot_timeline(summary: dict, path: Path) -> Path | None:
 
     t, _, acc = zip(*summary["accuracy_timeline"])
     fig, ax = plt.subplots(figsize=(6, 3.2), dpi=110)
-    ax.plot(t, acc, marker=".", label=summary["mode"])
+    ax.plot(*with_gaps(t, acc), marker=".", label=summary["mode"])  # no line where nothing was evaluated
+    shade_outages(ax, outage_spans([summary.get("setbacks") or []]))
     mark_faults(ax, fault_list(summary))
     ax.set_xlabel("seconds since training started")
     ax.set_ylabel("test accuracy")
@@ -98,7 +100,10 @@ def write_run_report(run_dir: str | Path) -> Path:
     offsets = [{"host": h, **o} for h, o in (summary.get("clock_offsets") or {}).items()]
     for title, rows in (("Failures (injected, and unplanned: nobody injected them)", fault_list(summary)),
                         ("Detections", summary["detections"]),
-                        ("Recoveries", summary["recoveries"]), ("Whole-job restarts", summary.get("restarts")),
+                        ("Recoveries", summary["recoveries"]),
+                        ("Setbacks (what each failure cost the model: launch/analysis/setbacks.py)",
+                         summary.get("setbacks")),
+                        ("Whole-job restarts", summary.get("restarts")),
                         ("Clock offsets (other hosts against the launcher's clock)", offsets),
                         ("Placement", _placement(run_dir))):
         if rows:

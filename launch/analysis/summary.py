@@ -16,7 +16,9 @@ is noticed by a rank's suspicion), ``ps_heads`` (each process that applied updat
 ``recoveries`` (``fault``, ``kind``, ``mode``, ``recovery_s``,
 ``lost_steps``, ``idle_s``, ``buffered_updates``; under async every worker
 recovers on its own: recovery_s to the first worker's applied step, the
-largest lost_steps, the mean idle_s, the sum of buffered updates), plus a few
+largest lost_steps, the mean idle_s, the sum of buffered updates), ``setbacks`` (per fault: the
+metric ``before`` it, the ``worst`` after it and its ``dip``, ``regained_s``, ``lost_samples``,
+``outage_s``, ``cause``; launch/analysis/setbacks.py), plus a few
 extras: ``usage`` (per process: CPU seconds, wall seconds, their ratio
 ``cpu_frac``, peak RSS in MiB), ``ps_timing`` (the PS's median seconds per
 update: receive, apply, after (replicate/checkpoint), send), ``recovery``, ``failures`` (``who``, ``reason``: a rank gave up),
@@ -40,6 +42,7 @@ from psmodes.config import RunConfig
 from psmodes.events import read_run_events
 
 from .faults import fault_records
+from .setbacks import setbacks
 
 SUMMARY_VERSION = 1
 
@@ -132,6 +135,8 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
     replays = by("replayed")
     handovers = by("handover")
     taken = [replay_taken(r, replays, handovers) for r in replays]
+    replay = cfg.replay if "replay" in cfg.recovery_mode.options else None
+    public_faults = [public(f, rel) for f in faults]
     return {
         "summary_version": SUMMARY_VERSION,
         "benchmark": cfg.benchmark,
@@ -139,7 +144,7 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
         "consistency": cfg.consistency,
         "workers": cfg.workers,
         "seed": cfg.seed,
-        "replay": cfg.replay if "replay" in cfg.recovery_mode.options else None,
+        "replay": replay,
         "completed": completed,
         "exit_reason": exit_reason,
         "final_accuracy": finals[-1]["accuracy"] if finals else None,
@@ -155,11 +160,14 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
         "train_s": round(steps[-1]["t"] - t0, 3) if steps else None,
         "wall_s": round(wall_s, 3) if wall_s else None,
         "kills": kills,
-        "faults": [public(f, rel) for f in faults],
+        "faults": public_faults,
         "ps_heads": ps_heads(by("update"), rel),
         "kills_not_reached": [e["at"] for e in by("kill_not_reached")],
         "detections": detections,
         "recoveries": recoveries,
+        # what each failure cost the model (launch/analysis/setbacks.py); one PS update is one step's samples
+        "setbacks": setbacks(timeline, public_faults, recoveries, applied[0].get("samples") if applied else None,
+                             replay),
         "checkpoints": {"count": len(checkpoints),
                         "mean_write_s": round(sum(c["write_s"] for c in checkpoints) / len(checkpoints), 4)
                         if checkpoints else None},
