@@ -240,3 +240,29 @@ def test_plots_break_lines_where_nothing_was_evaluated():
     assert np.isnan(yy[4]) and tt[4] == 6.0 and len(tt) == 7
     spans = outage_spans([[{"fault": 0, "t_s": 3.0, "outage_s": 2.0}], [{"fault": 0, "t_s": 5.0, "outage_s": 4.0}]])
     assert spans == [(4.0, 7.0)]
+
+
+def test_outage_section_finds_where_stateless_overtakes_checkpoint(tmp_path):
+    """Checkpoint loses more the longer the PS is down, stateless does not: the report's outage
+    section draws both against the outage and says from which delay stateless ends above."""
+    root = tmp_path / "outage"
+    for seed in range(3):
+        write_run(root / f"none-s{seed}", "none", seed, 0.82)
+        for delay in (0, 10, 40):
+            for mode, acc in (("checkpoint", 0.80 - delay / 200), ("stateless", 0.77 + delay / 1000)):
+                run = write_run(root / f"{mode}-d{delay}-s{seed}", mode, seed, acc + 0.002 * seed, kills=1,
+                                summary={"setbacks": [{"fault": 0, "t_s": 10.0, "dip": 0.1 if mode == "stateless" else 0.0,
+                                                       "outage_s": 2.0 + delay}],
+                                         "recoveries": [{"mode": mode, "recovery_s": 2.0 + delay, "lost_steps": 0,
+                                                         "idle_s": 1.0, "buffered_updates": 0}]})
+                cfg = json.loads((run / "config.json").read_text())
+                cfg["restart_delay_s"] = float(delay)
+                (run / "config.json").write_text(json.dumps(cfg))
+    proc = psbench("report", str(root), "--out", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "r" / "report.md").read_text()
+    section = text.split("## Outage length")[1].split("\n## ")[0]
+    assert "**stateless** ends above checkpoint from a restart delay of 10 s on" in section, section
+    assert (tmp_path / "r" / "outage-accuracy_lost.png").exists() and (tmp_path / "r" / "outage-worst_dip.png").exists()
+    # the findings compare the modes at each delay, not every configuration alone
+    assert "restart-delay10" in text.split("## Findings")[1].split("## Results")[0]

@@ -362,8 +362,7 @@ def _order(agg: ConfigAggregate):
     names = modes.NAMES
     c = agg.config
     kills = len(naming.kill_specs(c.get("kill_ps"))) + len(naming.kill_specs(c.get("kill_replica")))
-    return (agg.label == "unknown", kills, json.dumps({k: v for k, v in naming.identity(c).items() if k != "mode"},
-                                               sort_keys=True, default=str),
+    return (agg.label == "unknown", kills, naming.setting(c),
             names.index(c.get("mode")) if c.get("mode") in names else len(names), agg.label)
 
 
@@ -381,8 +380,7 @@ def without(config: dict, *keys: str) -> str:
 
 
 # settings that make no difference to a run in mode none without kills
-RECOVERY_KEYS = ("mode", "kill_ps", "kill_replica", "restart_delay_s", "checkpoint_every", "checkpoint_sync",
-                 "replicas", "replicate_every", "replay")
+RECOVERY_KEYS = ("mode", "kill_ps", "kill_replica", "restart_delay_s", *naming.MODE_OPTIONS)
 
 
 def reference_of(agg: ConfigAggregate, aggregates: list[ConfigAggregate]) -> str | None:

@@ -24,6 +24,9 @@ KILL_KEYS = {"kill_ps": "kills", "kill_replica": "replica-kills", "hang_ps": "ha
              "slow_ps": "slows", "partition_ps": "partitions"}  # labels: kills2, or kill-15s_30s
 
 
+MODE_OPTIONS = tuple(sorted({o for m in modes.REGISTRY.values() for o in m.options}))  # every mode's own options
+
+
 def identity(config: dict) -> dict:
     """The configuration of a run: its config minus seed and paths, and minus the options of other
     recovery modes than its own (a checkpoint run's ``replay`` changes nothing, so a sweep that crosses
@@ -31,8 +34,16 @@ def identity(config: dict) -> dict:
     config had its default then (so old and new runs of one setting group together)."""
     full = {**RunConfig().to_dict(), **config}
     mode = modes.REGISTRY.get(full.get("mode"))
-    foreign = {o for m in modes.REGISTRY.values() for o in m.options} - set(mode.options if mode else ())
+    foreign = set(MODE_OPTIONS) - set(mode.options if mode else ())
     return {k: v for k, v in full.items() if k not in IGNORED and not (mode and k in foreign)}
+
+
+def setting(config: dict) -> str:
+    """What configurations of different recovery modes share: the identity without the mode and
+    every mode's own options (checkpoint, chain and stateless with their K, R and replay policy
+    at the same outage are one setting, compared in the findings)."""
+    return json.dumps({k: v for k, v in identity(config).items() if k != "mode" and k not in MODE_OPTIONS},
+                      sort_keys=True, default=str)
 
 
 def key_of(config: dict) -> str:

@@ -22,8 +22,8 @@ from pathlib import Path
 from psmodes.atomic import write_text_atomic
 from psmodes.config import ConfigError
 
-from . import naming
-from .collect import DEFAULT_TARGET, METRIC_BY_KEY, METRICS, ROLES, ConfigAggregate, RunRecord, collect, without
+from . import naming, outage
+from .collect import DEFAULT_TARGET, METRIC_BY_KEY, METRICS, ROLES, ConfigAggregate, RunRecord, collect
 from .cost import Pricing
 from .lazy import frame
 from .machine import machine_info
@@ -100,15 +100,15 @@ def sig_phrase(test: Test) -> str:
 # ---------------------------------------------------------------- slices and findings
 
 def slices(aggs: list[ConfigAggregate]) -> list[tuple[str, list[ConfigAggregate]]]:
-    """Configurations that differ only in their mode, named by what they share."""
+    """Configurations that differ only in their mode (and its options), named by what they share."""
     groups: dict[str, list[ConfigAggregate]] = {}
     for a in aggs:
         if a.label != "unknown":
-            groups.setdefault(without(a.config, "mode"), []).append(a)
+            groups.setdefault(naming.setting(a.config), []).append(a)
     keys = list(groups)
     if len(keys) == 1:
         return [("all configurations", groups[keys[0]])]
-    reps = [{k: v for k, v in groups[k][0].config.items() if k != "mode"} for k in keys]
+    reps = [json.loads(k) for k in keys]
     return list(zip(naming.labels(reps), (groups[k] for k in keys)))
 
 
@@ -429,6 +429,7 @@ def render(name, src, sweep, runs, aggs, target, plots, pricing, machine, machin
               "every configuration in the plot has the same kills, else in the colour of each).", ""]
     else:
         L += ["(no completed run recorded an accuracy timeline)", ""]
+    L += outage.section(aggs, out, md_table, fmt_est)
     L += cost_section(aggs, pricing, target)
     L += ["## Incomplete and failed runs", ""]
     if not_done:
