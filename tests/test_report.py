@@ -266,3 +266,36 @@ def test_outage_section_finds_where_stateless_overtakes_checkpoint(tmp_path):
     assert (tmp_path / "r" / "outage-accuracy_lost.png").exists() and (tmp_path / "r" / "outage-worst_dip.png").exists()
     # the findings compare the modes at each delay, not every configuration alone
     assert "restart-delay10" in text.split("## Findings")[1].split("## Results")[0]
+
+
+def test_claims_section_gives_a_verdict_per_claim(tmp_path):
+    """A sweep that names the study opens its report with the study's claims checked: here
+    stateless ends significantly above checkpoint and chain (supported), checkpoint and chain
+    never dip (no setback: not significant), and the costs to target are equal on average but
+    vary by +-9 % over seeds, wider than the 10 % that "similar" allows (not significant)."""
+    root = tmp_path / "paper-setting"
+    for seed in range(3):
+        write_run(root / f"none-s{seed}", "none", seed, 0.82)
+        for mode, acc, dip in (("checkpoint", 0.70, 0.0), ("chain", 0.72, 0.0), ("stateless", 0.80, 0.2)):
+            write_run(root / f"{mode}-s{seed}", mode, seed, acc + 0.003 * seed, kills=1,
+                      summary={"setbacks": [{"fault": 0, "t_s": 10.0, "dip": dip, "outage_s": 2.0}]})
+    (root / "sweep.json").write_text(json.dumps({"name": "paper-setting", "claims": "arXiv 2406.05546", "runs": []}))
+    proc = psbench("report", str(root), "--out", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "r" / "report.md").read_text()
+    section = text.split("## Claims of arXiv 2406.05546, checked")[1].split("\n## ")[0]
+    rows = [ln for ln in section.splitlines() if ln.startswith("| ")][1:]
+    accuracy, *setbacks, cost = rows
+    assert "stateless-kills1 - chain-kills1: final accuracy +0.080" in accuracy and "**supported**" in accuracy, accuracy
+    assert len(setbacks) == 2 and all("not significant" in r or "contradicted" in r for r in setbacks), setbacks
+    assert "cost to target +0.0000" in cost and "(+0.0 % of checkpoint's)" in cost, cost
+    assert cost.rstrip(" |").endswith("not significant"), cost
+    assert text.index("## Claims of") < text.index("## Findings")
+
+
+def test_a_sweep_naming_an_unknown_study_is_refused(tmp_path):
+    sweep = tmp_path / "s.toml"
+    sweep.write_text('name = "x"\nclaims = "arXiv 0000.00000"\n[base]\nbenchmark = "synthetic"\n')
+    proc = psbench("sweep", str(sweep), "--dry-run")
+    assert proc.returncode == 2 and "knows the claims of arXiv 2406.05546" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr

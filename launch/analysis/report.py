@@ -22,7 +22,7 @@ from pathlib import Path
 from psmodes.atomic import write_text_atomic
 from psmodes.config import ConfigError
 
-from . import naming, outage
+from . import claims, naming, outage
 from .collect import DEFAULT_TARGET, METRIC_BY_KEY, METRICS, ROLES, ConfigAggregate, RunRecord, collect
 from .cost import Pricing
 from .lazy import frame
@@ -387,6 +387,8 @@ def render(name, src, sweep, runs, aggs, target, plots, pricing, machine, machin
     short = in_short(aggs)
     if short:
         L += ["## In short", ""] + short + [""]
+    if (sweep or {}).get("claims") in claims.KNOWN:
+        L += claims.section(sweep["claims"], slices(aggs), md_table)
     L += ["## Findings", "", "Generated from the numbers below; a difference is called significant when Welch's "
           "t-test gives p < 0.05.", ""]
     L += findings(aggs, target) or ["- no completed runs: nothing to compare."]

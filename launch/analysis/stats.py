@@ -98,3 +98,22 @@ def format_p(p: float) -> str:
 
 def _constant(xs: list[float]) -> bool:
     return all(x == xs[0] for x in xs)
+
+
+def diff_ci(a: Iterable, b: Iterable, level: float = LEVEL) -> Estimate:
+    """mean(a) - mean(b) with its Welch (unequal variances, Welch-Satterthwaite df) confidence
+    interval; no interval without two samples on each side."""
+    xs, ys = clean(a), clean(b)
+    if not xs or not ys:
+        return Estimate(None, None, 0)
+    diff = sum(xs) / len(xs) - sum(ys) / len(ys)
+    if len(xs) < 2 or len(ys) < 2:
+        return Estimate(diff, None, min(len(xs), len(ys)))
+    va = sum((x - sum(xs) / len(xs)) ** 2 for x in xs) / (len(xs) - 1) / len(xs)
+    vb = sum((y - sum(ys) / len(ys)) ** 2 for y in ys) / (len(ys) - 1) / len(ys)
+    if va + vb == 0:
+        return Estimate(diff, 0.0, min(len(xs), len(ys)))
+    df = (va + vb) ** 2 / (va ** 2 / (len(xs) - 1) + vb ** 2 / (len(ys) - 1))
+    from scipy import stats  # about 1 s to import: only when an interval is computed
+
+    return Estimate(diff, float(stats.t.ppf(0.5 + level / 2, df)) * math.sqrt(va + vb), min(len(xs), len(ys)))

@@ -60,12 +60,13 @@ from psmodes.atomic import write_text_atomic
 from psmodes.config import ConfigError, RunConfig, read_user_file
 
 from ..analysis import naming
+from ..analysis.claims import KNOWN as claims_known
 from ..analysis.machine import machine_info
 from ..analysis.report import write_report
 from ..driver.options import OneLineParser, add_run_options, config_from_args, resolve_data, run_options, run_parser
 from ..driver.runner import run_job
 
-TOP_KEYS = ("name", "description", "seeds", "target", "base", "grid", "extra")
+TOP_KEYS = ("name", "description", "seeds", "target", "claims", "base", "grid", "extra")
 NOT_IN_FILE = {"out": "the sweep puts each run in <out>/runs/", "dry_run": "use psbench sweep --dry-run",
                "quiet": "use psbench sweep --quiet", "seed": "use the top-level seeds = [...]"}
 SWEEP_OPTIONS = ("out", "dry_run", "quiet")  # run options with a sweep meaning on `psbench sweep`
@@ -89,6 +90,7 @@ class Sweep:
     seeds: list[int]
     runs: list[PlannedRun]
     text: str
+    claims: str | None = None  # a study whose claims the report checks (launch/analysis/claims.py)
 
     @property
     def runs_dir(self) -> Path:
@@ -243,6 +245,9 @@ def load(path: str | Path, overrides: dict | None = None, seeds: list[int] | Non
     if not name:
         raise ConfigError(f"{path}: name {doc.get('name')!r} gives an empty folder name")
     file_seeds = _seeds(doc.get("seeds", [0]), f"{path}")
+    claims = doc.get("claims")
+    if claims is not None and claims not in claims_known:
+        raise ConfigError(f"{path}: claims {claims!r}: psbench knows the claims of {', '.join(claims_known)}")
     if target is None and "target" in doc:
         target = doc["target"]
     if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target <= 1):
@@ -302,7 +307,7 @@ def load(path: str | Path, overrides: dict | None = None, seeds: list[int] | Non
         for (argv, cfg), label in zip(configs, labels):
             runs.append(PlannedRun(f"{label}-s{seed}", label, seed, argv + [f"--seed={seed}"],
                                    dataclasses.replace(cfg, seed=seed)))
-    return Sweep(name, path, out_dir, None if target is None else float(target), seeds, runs, text)
+    return Sweep(name, path, out_dir, None if target is None else float(target), seeds, runs, text, claims)
 
 
 # ---------------------------------------------------------------- state on disk
@@ -362,7 +367,7 @@ def _fsync_dir(path: Path) -> None:
 def plan_record(sweep: Sweep, command: list[str]) -> dict:
     return {
         "name": sweep.name, "file": str(sweep.file), "command": shlex.join(["psbench", *command]),
-        "target": sweep.target, "seeds": sweep.seeds,
+        "target": sweep.target, "seeds": sweep.seeds, "claims": sweep.claims,
         "runs": [{"slug": r.slug, "label": r.label, "seed": r.seed,
                   "command": shlex.join(["psbench", "run", *r.argv, "--out", str(sweep.runs_dir / r.slug)])}
                  for r in sweep.runs],
