@@ -111,6 +111,8 @@ def test_fault_invariants_catch_violations(tmp_path, summary_kw, needle):
     fine = {"faults": [{**HANG, "for_s": None, "fenced_s": 7.2}, {**HANG, "t_s": 8.0, "for_s": 0.5, "ended_s": 8.5}],
             "ps_heads": [{"who": "ps", "first_s": 0.0, "last_s": 4.0}, {"who": "ps-gen1", "first_s": 9.0, "last_s": 12}]}
     assert check_trial(cfg, _summary(**fine), 20) == []
+    # found by psbench chaos: a PS stopped after it had answered the last step of a completed run
+    assert check_trial(cfg, _summary(faults=[{**HANG, "t_s": 10.05, "for_s": None}], train_s=9.99), 20) == []
     unrecorded = check_trial(cfg, _summary(faults=[]), 20, outside_kills=[99])
     assert any("pid 99" in b and "not a failure" in b for b in unrecorded), unrecorded
 

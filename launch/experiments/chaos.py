@@ -305,6 +305,8 @@ def check_faults(cfg: RunConfig, summary: dict, outside_kills: list[int] = (),
     for f in faults:
         if f["kind"] != "hang" or not f.get("planned"):
             continue
+        if summary.get("completed") and summary.get("train_s") is not None and f["t_s"] >= summary["train_s"]:
+            continue  # it stopped a PS that had already answered its last step: the run ended regardless
         ends = f.get("for_s") is not None and (not suspect or f["for_s"] < suspect * 0.5)
         if ends and f.get("fenced_s") is not None:
             bad.append(f"hang: a {f['for_s']} s pause at {f['t_s']} s was fenced (--suspect-after {suspect:g}s)")
