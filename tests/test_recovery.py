@@ -154,7 +154,7 @@ def test_stateless_replay_policies(tmp_path, policy):
 def check_setback(s, policy, buffered) -> None:
     """The setback record agrees with the timeline around the kill; the paper's policy (the buffered
     gradients summed, at a reduced learning rate) has a known dip on this workload (psbench chaos:
-    0.25-0.58 in 12 of 12 trials), the mean of the same gradients none (0.0 in 10 of 10)."""
+    0.25-0.58 in 11 of 11 replays), the mean of the same gradients none (0.0 in 9 of 9)."""
     (back,) = s["setbacks"]
     t_kill = s["kills"][0]["t_s"]
     before = [(t, a) for t, _, a in s["accuracy_timeline"] if t < t_kill]
