@@ -2,7 +2,8 @@
 
 The holder writes it when it takes the role (the PS, a promoted replica, a replica, a
 worker); the launcher's fault injector reads it to find its target, and a rank that
-suspects a peer (:mod:`psmodes.suspicion`) reads it to name the process to fence.
+suspects a peer (:mod:`psmodes.suspicion`) reads it to name the process to fence, and
+:func:`alive` tells whether a holder on this host still runs.
 """
 from __future__ import annotations
 
@@ -32,3 +33,21 @@ def read_pid_file(run_dir: str | Path, role: str) -> dict | None:
         return json.loads((Path(run_dir) / "pids" / f"{role}.json").read_text())
     except (FileNotFoundError, ValueError):
         return None
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` on this host is alive (a zombie is not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie is dead for our purposes
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:  # reaped since the signal test (seen: a zombie taken by init), or no /proc
+        return not os.path.exists("/proc/self/stat")
+    except OSError:
+        return True

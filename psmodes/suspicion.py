@@ -33,7 +33,7 @@ import threading
 import time
 
 from .events import Ev
-from .pidfiles import read_pid_file
+from .pidfiles import alive, read_pid_file
 
 FENCER_ENV = "PSBENCH_FENCER"  # "launcher": psbench's launcher fences (launch/driver/faults.py)
 # After a respawn the replacements take their cold start (here about 2 s from the spawn's return to
@@ -82,7 +82,7 @@ class Suspicion:
         replacement PS stopped before it answered the hand-over was never suspected, because the
         hand-over's wait carried no suspicion; with one, it must not blame a slow start)."""
         info = read_pid_file(self.ctx.cfg.run_dir, self.role)
-        if info is None or (info["host"] == socket.gethostname() and not _alive(int(info["pid"]))):
+        if info is None or (info["host"] == socket.gethostname() and not alive(int(info["pid"]))):
             return 0.0
         return max(0.0, time.time() - float(info.get("t", 0.0)))
 
@@ -98,16 +98,6 @@ class Suspicion:
             return
         self.fired = True
         suspect(self.ctx, self.role, self.what, time.monotonic() - self.t0)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
 
 
 def suspect(ctx, role: str, what: str, waited_s: float) -> dict | None:

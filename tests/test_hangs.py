@@ -152,7 +152,7 @@ def test_a_killed_launcher_leaves_no_stopped_process_behind(tmp_path):
             proc.kill()
             proc.wait()
     no_leftovers(out)
-    from launch.driver.faults import alive
+    from psmodes.pidfiles import alive
 
     # SIGKILLed: gone, or a zombie for init, within moments (a process tearing down its memory has
     # an empty command line already, so no_leftovers does not see it, but it is not a zombie yet)

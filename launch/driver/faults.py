@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 from psmodes.killpoints import ENV
-from psmodes.pidfiles import read_pid_file
+from psmodes.pidfiles import alive, read_pid_file
 from psmodes.suspicion import FENCER_ENV
 
 from .hosts import in_slurm, is_local
@@ -60,23 +60,6 @@ def with_rank_env(cmd: list[str], cfg) -> list[str]:
     if cfg.launcher != "mpirun":
         return cmd
     return [cmd[0], *[arg for name in rank_env(cfg) for arg in ("-x", name)], *cmd[1:]]
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie is dead for our purposes
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:  # reaped since the signal test (seen: a zombie taken by init), or no /proc
-        return not os.path.exists("/proc/self/stat")
-    except OSError:
-        return True
 
 
 KILL_SCRIPT = 'date +%s.%N && exec kill -9 "$1"'  # prints the host's clock at the kill, then kills
