@@ -299,3 +299,17 @@ def test_a_sweep_naming_an_unknown_study_is_refused(tmp_path):
     proc = psbench("sweep", str(sweep), "--dry-run")
     assert proc.returncode == 2 and "knows the claims of arXiv 2406.05546" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_training_throughput_leaves_the_outages_out():
+    """Steps of 64 samples every 0.1 s for 10 s; a kill at 3 s recovered after 2 s (stateless went
+    on computing meanwhile, so steps were logged there too), a pause ridden out at 7 s."""
+    from launch.analysis.summary import training_throughput
+
+    t0 = 100.0
+    steps = [{"t": t0 + 0.1 * i, "samples": 64} for i in range(1, 101)]
+    faults = [{"_t": t0 + 3.0, "kind": "kill"}, {"_t": t0 + 7.0, "kind": "hang"}]
+    rate = training_throughput(steps, t0, 10.0, faults, [{"fault": 0, "recovery_s": 2.0}])
+    assert rate == pytest.approx(80 * 64 / 8.0, rel=0.02)  # 80 steps outside [3, 5) in 8 s
+    # a death never recovered: the rest of the run is outage
+    assert training_throughput(steps, t0, 10.0, faults[:1], []) == pytest.approx(30 * 64 / 3.0, rel=0.04)

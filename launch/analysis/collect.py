@@ -50,7 +50,9 @@ METRICS = [
            "seconds from the start of training to the first evaluation at or above the target accuracy; "
            "(k/n): only k of n seeds reached it, the mean is over those"),
     Metric("samples_per_s", "samples/s", "{:.0f}", "high",
-           "training samples per second over all workers (evaluation runs on its own rank)"),
+           "training samples per second over all workers, the outages taken out (from each failure to the "
+           "first update after it: how fast it trains, not how long its failures took; evaluation runs on its "
+           "own rank)"),
     Metric("detection_latency_s", "detection (s)", "{:.2f}", "low",
            "from the failure (a SIGKILL, a hang, ...) to the first survivor noticing it (a hang: suspecting "
            "it), mean over the run's failures"),

@@ -3,7 +3,8 @@
 The contract (later tools and the reports read it): ``benchmark``, ``mode``,
 ``workers``, ``seed``, ``completed``, ``exit_reason``, ``final_accuracy``,
 ``accuracy_timeline`` (``[t_seconds, ps_step, accuracy]``), ``samples_per_s``
-(training throughput; evaluation runs on its own rank and is excluded),
+(training throughput: the outages taken out, see :func:`training_throughput`; evaluation runs
+on its own rank and is excluded; ``samples_per_s_with_outages`` keeps them in),
 ``steps``, ``consistency``, ``staleness_hist`` (updates per staleness value; sync
 updates have staleness 0), ``staleness_mean``, ``staleness_p99``,
 ``per_worker_samples_per_s``, ``kills`` (the scheduled SIGKILLs: ``t_s``, ``pid``, ``host``,
@@ -63,7 +64,7 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
     steps = [e for e in events if e["ev"] == "step" and e["who"].startswith("worker")]
     applied = [e for e in steps if e.get("applied")]
     span = (max(e["t"] for e in steps) - t0) if steps else 0.0
-    samples_per_s = sum(e.get("samples", 0) for e in steps) / span if span > 0 else None
+    samples_per_s = sum(e.get("samples", 0) for e in steps) / span if span > 0 else None  # outages included
     if cfg.consistency == "sync":
         per_worker = [samples_per_s / cfg.workers if samples_per_s else None] * cfg.workers
     else:
@@ -121,6 +122,8 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
                                "dropped_updates": sum(r.get("dropped_updates", 0) for r in rs),
                                "workers": len(rs)})
 
+    training_samples_per_s = training_throughput(steps, t0, span, faults, recoveries)
+
     restarts = [e for e in by("restart") if e["who"] == "launcher"]
     # a job that ended for a whole-job restart failed on purpose: only the last job's failures count
     failed = [e for e in by("failed") if not restarts or e["t"] > restarts[-1]["t_restart"]]
@@ -149,7 +152,8 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
         "exit_reason": exit_reason,
         "final_accuracy": finals[-1]["accuracy"] if finals else None,
         "accuracy_timeline": timeline,
-        "samples_per_s": round(samples_per_s, 2) if samples_per_s else None,
+        "samples_per_s": round(training_samples_per_s, 2) if training_samples_per_s else None,
+        "samples_per_s_with_outages": round(samples_per_s, 2) if samples_per_s else None,
         "steps": max(e["version"] for e in applied) if applied else 0,
         "per_worker_samples_per_s": [round(x, 2) if x else None for x in per_worker],
         "staleness_hist": {str(k): v for k, v in sorted(Counter(staleness).items())},
@@ -253,6 +257,32 @@ def job_restart_recovery(events: list[dict], cfg: RunConfig, i: int, kind: str, 
             "idle_s": down, "buffered_updates": 0, "dropped_updates": 0, "workers": cfg.workers,
             "restart_s": round(restart["t_restart"] - exits[0]["t_exit"], 3) if exits else None,
             "resumed_from": resume["from_version"], "attempt": restart["attempt"]}, det
+
+
+def training_throughput(steps: list[dict], t0: float, span: float, faults: list[dict],
+                        recoveries: list[dict]) -> float | None:
+    """Samples per second of training only: the outages (from each failure to the first update
+    after it, or to the end of the run when a death was never recovered) are taken out of the time, and the steps
+    computed in them (stateless trains through them) out of the samples. With the outages in, a
+    sweep's samples/s measured how long its kills took as much as how fast it trained (#18)."""
+    if span <= 0:
+        return None
+    rec = {r["fault"]: r["recovery_s"] for r in recoveries}
+    end = t0 + span
+    # a pause ridden out or a slow phase is no outage: the PS went on answering (slowly)
+    lost = [i for i, f in enumerate(faults) if i not in rec and (f["kind"] in ("kill", "unplanned") or "_t_fence" in f)]
+    windows = [(f["_t"], min(end, f["_t"] + rec[i])) for i, f in enumerate(faults) if i in rec]
+    windows += [(faults[i]["_t"], end) for i in lost]
+    merged: list[list[float]] = []
+    for a, b in sorted(w for w in windows if w[1] > w[0]):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    down = sum(max(0.0, min(b, end) - max(a, t0)) for a, b in merged)
+    inside = lambda t: any(a <= t < b for a, b in merged)  # noqa: E731
+    samples = sum(e.get("samples", 0) for e in steps if not inside(e["t"]))
+    return samples / (span - down) if span - down > 0 else None
 
 
 def ps_heads(updates: list[dict], rel) -> list[dict]:
