@@ -24,6 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from sysdeps import ensure_packages
+
+PACKAGES = ("openssh-server", "openssh-client", "iproute2", "util-linux")  # installed when missing (tests/sysdeps.py)
+TOOLS = ("ip", "unshare", "ssh", "ssh-keygen")
 _TAG = os.getpid() % 100000  # namespace and interface names of this process: test runs may overlap
 NS = {"nodea": (f"psb{_TAG}a", "10.77.0.1", f"vpsb{_TAG}a"), "nodeb": (f"psb{_TAG}b", "10.77.0.2", f"vpsb{_TAG}b")}
 
@@ -49,11 +53,8 @@ class TwoHosts:
     def start(self) -> "TwoHosts":
         if os.geteuid() != 0:
             raise Unavailable("network namespaces need root")
-        for tool in ("ip", "unshare", "ssh", "ssh-keygen"):
-            if not shutil.which(tool):
-                raise Unavailable(f"{tool} is not installed")
-        if not Path("/usr/sbin/sshd").exists():
-            raise Unavailable("sshd is not installed (apt-get install openssh-server)")
+        ensure_packages(PACKAGES, lambda: all(shutil.which(t) for t in TOOLS) and Path("/usr/sbin/sshd").exists(),
+                        Unavailable)
         (a_ns, a_ip, a_if), (b_ns, b_ip, b_if) = NS["nodea"], NS["nodeb"]
         for ns in (a_ns, b_ns):
             sh(["ip", "netns", "add", ns])

@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from sysdeps import ensure_packages
+
 PACKAGES = ("slurm-wlm", "munge")
 DAEMONS = ("munged", "slurmctld", "slurmd")
 
@@ -29,17 +31,9 @@ class SlurmUnavailable(Exception):
     """Slurm or munge cannot be installed or started here; the message says why."""
 
 
-def ensure_installed(timeout: float = 600.0) -> None:
+def ensure_installed() -> None:
     """apt-get install slurm-wlm munge when missing (root on Debian/Ubuntu only)."""
-    if all(shutil.which(d) for d in DAEMONS) and shutil.which("sbatch"):
-        return
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        raise SlurmUnavailable("slurm-wlm and munge are not installed and this is not root on Debian/Ubuntu")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    out = subprocess.run(["apt-get", "install", "-y", "-qq", *PACKAGES], capture_output=True, text=True,
-                         timeout=timeout, env=env, stdin=subprocess.DEVNULL)
-    if out.returncode != 0 or not shutil.which("slurmctld"):
-        raise SlurmUnavailable(f"apt-get install {' '.join(PACKAGES)} failed: {out.stderr.strip()[-300:]}")
+    ensure_packages(PACKAGES, lambda: all(shutil.which(d) for d in (*DAEMONS, "sbatch")), SlurmUnavailable)
 
 
 def free_port() -> int:
