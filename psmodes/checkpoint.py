@@ -1,7 +1,8 @@
 """PS checkpoints on disk: atomic writes off the critical path, safe loads.
 
 A checkpoint is ``checkpoints/ckpt-<version>.pt`` holding a dict of tensors
-and ints only (weights, momentum buffer, version, run seed). It is written to a
+and ints only (weights, the optimizer's name and state buffers, version, run seed; format 1,
+written before AdamW, had a ``momentum`` buffer in their place and still loads). It is written to a
 temporary file, fsynced and renamed (:mod:`psmodes.atomic`), so a PS killed
 mid-write leaves the previous checkpoint intact. Loading uses
 ``torch.load(weights_only=True)`` and checks the keys and sizes; a damaged or
@@ -20,7 +21,7 @@ import torch
 from .atomic import write_atomic
 
 KEEP = 3
-FORMAT = 1
+FORMAT = 2  # 2: "optimizer" + "optimizer_state" (weights-sized buffers, concatenated); 1: "momentum"
 
 
 class CheckpointError(ValueError):
@@ -58,41 +59,60 @@ def save(folder: Path, state: dict, hook=None) -> Path:
     return path
 
 
-def load(path: Path, numel: int | None = None) -> dict:
+def load(path: Path, numel: int | None = None, optimizer=None) -> dict:
     """One checkpoint, validated; CheckpointError (one line) if it is not ours or damaged."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types for foreign/truncated files
         raise CheckpointError(f"{path}: not a loadable psbench checkpoint ({type(exc).__name__}: "
                               f"{str(exc).splitlines()[0][:120] if str(exc) else 'no detail'})") from None
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
+    if not isinstance(state, dict) or state.get("format") not in (1, FORMAT):
         raise CheckpointError(f"{path}: not a psbench checkpoint (format key missing or unknown)")
-    for key, kind in (("weights", torch.Tensor), ("momentum", torch.Tensor), ("version", int)):
+    if state["format"] == 1:  # SGD with or without momentum, from before the optimizers
+        state = {**state, "optimizer": "sgd", "optimizer_state": state.get("momentum")}
+    for key, kind in (("weights", torch.Tensor), ("optimizer_state", torch.Tensor), ("version", int),
+                      ("optimizer", str)):
         if not isinstance(state.get(key), kind):
             raise CheckpointError(f"{path}: checkpoint lacks a valid {key!r}")
-    if numel is not None and state["weights"].numel() != numel:
-        raise CheckpointError(f"{path}: checkpoint has {state['weights'].numel()} weights, the model {numel}")
-    if state["momentum"].numel() not in (0, state["weights"].numel()):
-        raise CheckpointError(f"{path}: momentum buffer size does not match the weights")
+    n = state["weights"].numel()
+    if numel is not None and n != numel:
+        raise CheckpointError(f"{path}: checkpoint has {n} weights, the model {numel}")
+    if n == 0 or state["optimizer_state"].numel() % n:
+        raise CheckpointError(f"{path}: optimizer state size does not match the weights")
+    if optimizer is not None and state["optimizer_state"].numel() != optimizer.state.numel():
+        raise CheckpointError(f"{path}: written by optimizer {state['optimizer']!r} "
+                              f"({state['optimizer_state'].numel() // n} buffers), this run's has "
+                              f"{optimizer.n_buffers}")
     return state
 
 
-def newest(folder: Path, numel: int | None = None) -> tuple[dict | None, list[str]]:
-    """The newest checkpoint that loads, and the reasons older/newer ones were skipped."""
+def newest(folder: Path, numel: int | None = None, optimizer=None) -> tuple[dict | None, list[str]]:
+    """The newest checkpoint that loads (for ``optimizer``'s state, when given), and the reasons
+    older/newer ones were skipped."""
     skipped: list[str] = []
     for path in sorted(Path(folder).glob("ckpt-*.pt"), reverse=True):
         try:
-            return load(path, numel), skipped
+            return load(path, numel, optimizer), skipped
         except CheckpointError as exc:
             skipped.append(str(exc))
     return None, skipped
 
 
-def make_state(weights: torch.Tensor, momentum: torch.Tensor | None, version: int, seed: int) -> dict:
+def state_of(opt, seed: int, version: int | None = None) -> dict:
+    """A checkpoint of optimizer ``opt`` (a psmodes.optim.FlatOptimizer): copies, so the PS goes on
+    (``opt.state`` is a new tensor already: one copy of each buffer on the PS's critical path)."""
+    state = make_state(opt.weights, None, opt.version if version is None else version, seed, type(opt).__name__)
+    state["optimizer_state"] = opt.state
+    return state
+
+
+def make_state(weights: torch.Tensor, optimizer_state: torch.Tensor | None, version: int, seed: int,
+               optimizer: str = "FlatSGD") -> dict:
     return {
         "format": FORMAT,
         "weights": weights.detach().clone(),
-        "momentum": momentum.detach().clone() if momentum is not None else torch.zeros(0),
+        "optimizer": optimizer,
+        "optimizer_state": optimizer_state.detach().clone() if optimizer_state is not None else torch.zeros(0),
         "version": int(version),
         "seed": int(seed),
         "time": time.time(),

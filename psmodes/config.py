@@ -33,6 +33,7 @@ from .messages import POLICY_CODES
 
 FORMAT_VERSION = 1
 MODES = modes.NAMES  # each mode's own options and checks live in psmodes/modes/<name>.py
+OPTIMIZERS = ("sgd", "momentum", "adamw")  # psmodes/optim.py
 REPLAY_POLICIES = tuple(POLICY_CODES)
 CONSISTENCY = ("sync", "async", "bounded:S")
 RECOVERY = ("ulfm", "job-restart")
@@ -196,6 +197,20 @@ def fraction(value, flag: str) -> None:
         raise ConfigError(f"{flag} must be in [0, 1), got {value}")
 
 
+def check_betas(value, flag: str) -> None:
+    parse_betas(value, flag)
+
+
+def parse_betas(value: str, flag: str = "--betas") -> tuple[float, float]:
+    try:
+        b1, b2 = (float(x) for x in str(value).split(","))
+    except ValueError:
+        raise ConfigError(f"{flag} takes two numbers B1,B2 in [0, 1), e.g. 0.9,0.999; got {value!r}") from None
+    if not (0 <= b1 < 1 and 0 <= b2 < 1):
+        raise ConfigError(f"{flag}: both rates must be in [0, 1), got {value!r}")
+    return b1, b2
+
+
 def check_consistency(value, flag: str) -> None:
     staleness_bound(value)
 
@@ -232,7 +247,13 @@ class RunConfig:
                                     group="workload", type=int, check=positive_int)
     lr: float | None = option(None, "--lr", "learning rate (default: the benchmark's)", group="workload",
                               type=float, check=learning_rate)
+    optimizer: str = option("sgd", "--optimizer", "the PS's optimizer: sgd, momentum (SGD with --momentum, default "
+                            "0.9) or adamw (psmodes/optim.py)", group="workload", check=one_of(OPTIMIZERS, "optimizer"))
     momentum: float = option(0.0, "--momentum", group="workload", check=fraction)
+    weight_decay: float = option(0.01, "--weight-decay", "adamw: decoupled weight decay", group="workload",
+                                 type=float, check=fraction)
+    betas: str = option("0.9,0.999", "--betas", "adamw: the moments' decay rates B1,B2", group="workload",
+                        check=check_betas, metavar="B1,B2")
     model_params: int = option(1_000_000, "--model-params", "synthetic benchmark: model size", group="workload",
                                check=positive_int)
     data_dir: str | None = option(None, "--data-dir", "folder with the Fashion-MNIST IDX .gz files (else "
@@ -381,12 +402,18 @@ class RunConfig:
         return base * 2 + 120 + faults * (self.restart_delay_s + 30)
 
     # ---- validation
+    @property
+    def adam_betas(self) -> tuple[float, float]:
+        return parse_betas(self.betas)
+
     def validate(self) -> "RunConfig":
         """Each option's own check (its declaration), then the checks across options."""
         for opt in config_options():
             value = getattr(self, opt.field)
             if opt.check is not None and not (value is None and opt.default is None):
                 opt.check(value, opt.flag)
+        if self.momentum and self.optimizer == "adamw":
+            raise ConfigError("--momentum is SGD's; adamw has --betas B1,B2")
         if self.lr_staleness and self.consistency == "sync":
             raise ConfigError("--lr-staleness needs --consistency async or bounded:S (sync updates are never stale)")
         self.slow_worker_spec  # validates --slow-worker against --workers

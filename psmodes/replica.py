@@ -22,7 +22,7 @@ from .context import Context, RunFailed, build_flat
 from .pidfiles import write_pid_file
 from .events import Ev
 from .messages import Ack, State, Stop
-from .sgd import FlatSGD
+from .optim import make_optimizer
 
 
 class Replica:
@@ -30,7 +30,7 @@ class Replica:
         self.ctx = ctx
         flat = build_flat(ctx)
         self.numel = flat.numel
-        self.opt = FlatSGD(flat.weights, ctx.lr, ctx.cfg.momentum)
+        self.opt = make_optimizer(flat.weights, ctx)
         self.incoming = torch.zeros(self.opt.state_numel)
         self.prev: tuple[int, torch.Tensor] | None = None
         self.version = -1

@@ -29,7 +29,7 @@ from .pidfiles import write_pid_file
 from .events import Ev
 from .flatparams import digest
 from .messages import Answer, Grad, Hello, Ready, Snapshot
-from .sgd import FlatSGD
+from .optim import FlatOptimizer, make_optimizer
 
 
 def read_restart(cfg) -> dict | None:
@@ -72,14 +72,14 @@ class UpdateTiming:
 
 
 class ParameterServer:
-    def __init__(self, ctx: Context, opt: FlatSGD | None = None, prev: tuple[int, torch.Tensor] | None = None,
+    def __init__(self, ctx: Context, opt: FlatOptimizer | None = None, prev: tuple[int, torch.Tensor] | None = None,
                  t0_ms: int = 0, fresh: bool = True) -> None:
         self.ctx = ctx
         cfg = ctx.cfg
         self.flat = build_flat(ctx)
         self.numel = self.flat.numel
         if opt is None:
-            opt = FlatSGD(self.flat.weights, ctx.lr, cfg.momentum)
+            opt = make_optimizer(self.flat.weights, ctx)
         self.opt = opt
         self.prev = prev  # (version, weights) kept by a promoted replica, for reconciliation
         self.grad = torch.zeros(self.numel)
@@ -92,10 +92,10 @@ class ParameterServer:
         self._eval_buf = np.zeros(self.numel, dtype=np.float32)
         self._next_eval = 0.0
         self.timing = UpdateTiming()
-        # sync SGD without momentum: after each gradient the workers can apply it themselves (the same
-        # arithmetic on the same bytes), so the PS answers with the version only, not 4 bytes a weight;
-        # with momentum the workers would also need the PS's momentum buffer, so the weights travel
-        self.workers_apply = not cfg.is_async and not cfg.momentum
+        # sync plain SGD: after each gradient the workers can apply it themselves (the same arithmetic
+        # on the same bytes), so the PS answers with the version only, not 4 bytes a weight; with
+        # momentum or AdamW the workers would also need the PS's buffers, so the weights travel
+        self.workers_apply = not cfg.is_async and opt.workers_can_apply
         # a whole-job restart (--recovery job-restart): the launcher wrote restart.json before
         # starting the new job; this PS resumes from the newest checkpoint and keeps the run's clock
         self.restart = read_restart(cfg) if fresh and ctx.cluster.generation == 0 else None

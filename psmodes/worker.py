@@ -50,7 +50,7 @@ from .messages import (
 )
 from .outage import Outage
 from .replay import UpdateBuffer
-from .sgd import FlatSGD, sgd_step_
+from .optim import FlatOptimizer, sgd_step_
 
 
 class Worker:
@@ -100,7 +100,7 @@ class Worker:
         self.pending = False
         self.repair_due: float | None = None
         self.buffer: UpdateBuffer | None = None
-        self.local_opt: FlatSGD | None = None
+        self.local_opt: FlatOptimizer | None = None
         self.outage: Outage | None = None
         self.ready_req: MPI.Request | None = None
         self.repair_thread = None  # a repair step running on a helper thread (stateless)

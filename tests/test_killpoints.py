@@ -311,3 +311,38 @@ def test_a_replacement_hung_in_its_hand_over_is_fenced(tmp_path):
     assert {e["generation"] for e in events(out, "respawned")} == {1, 2}  # replaced, then replaced again
     assert hang["fenced_s"] - hang["t_s"] <= COLD_START_S + 2.0 + 1.0, hang
     check_promise(out, s)
+
+
+ADAMW = ["--optimizer", "adamw", "--lr", "0.002"]
+
+
+def test_adamw_state_survives_a_chain_takeover_bitwise(tmp_path):
+    """Strict chain replicates the weights and both of AdamW's moments with every update, so a run
+    whose head is killed ends with bitwise the weights of the same run without a kill: a promoted
+    replica with fresh or stale moments would step differently from the first update on."""
+    base = [*SYN[:-4], "--deadline", "120s", *MODE_ARGS["chain"], *ADAMW, "--steps", "300", "--no-evaluator"]
+    clean, _ = run_ok(tmp_path, *base, name="clean")
+    out, killed = run_ok(tmp_path, *base, "--kill-ps", "point:apply@100", name="killed")
+    assert len(killed["kills"]) == 1 and killed["recoveries"][0]["lost_steps"] == 0
+    # the weights travel with AdamW, so the leader ends with the PS's: compare the two runs' leaders
+    (done_clean,) = events(clean, "done", "worker0")
+    (done,) = events(out, "done", "worker0")
+    assert done["version"] == done_clean["version"] == 300
+    assert done["digest"] == done_clean["digest"], "the promoted head's AdamW state was not the dead head's"
+
+
+@pytest.mark.parametrize("mode", ["checkpoint", "stateless"])
+def test_adamw_state_in_checkpoints_and_the_hand_over(tmp_path, mode):
+    """checkpoint: the replacement resumes the moments of the newest checkpoint (bitwise: its
+    resume event's state digest is the file's); stateless: a fresh replacement takes the workers'
+    hand-over with fresh moments, and the run trains on."""
+    from psmodes import checkpoint as ckpt
+    from psmodes.flatparams import digest
+
+    out, s = run_ok(tmp_path, *SYN, *MODE_ARGS[mode], *ADAMW, "--kill-ps", "point:apply@100")
+    check_invariants(out, s, mode, 1)
+    if mode == "checkpoint":
+        (resume,) = events(out, "resume")
+        state = ckpt.load(ckpt.path_for(out / "checkpoints", resume["from_version"]))
+        assert state["optimizer"] == "FlatAdamW" and state["optimizer_state"].numel() == 2 * state["weights"].numel()
+        assert resume["state_digest"] == digest(state["optimizer_state"])

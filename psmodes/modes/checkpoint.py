@@ -69,23 +69,20 @@ class CheckpointRecovery(RecoveryMode):
         from ..flatparams import digest
 
         cfg, log, opt = server.ctx.cfg, server.ctx.log, server.opt
-        state, skipped = ckpt.newest(server.ckpt_dir, server.numel)
+        state, skipped = ckpt.newest(server.ckpt_dir, server.numel, server.opt)
         for reason in skipped:
             log.emit(Ev.CHECKPOINT_SKIPPED, reason=reason)
         if state is None and not skipped:
             # the PS died before its first checkpoint (version 0) was durable: version 0 is the
             # seed's initial model, which build_flat made again; lose the steps, not the run
-            state = ckpt.make_state(opt.weights, opt.buf, 0, cfg.seed)
+            state = ckpt.state_of(opt, cfg.seed, version=0)
             log.emit(Ev.CHECKPOINT_NONE, reason=f"no checkpoint in {server.ckpt_dir}: starting from the "
                                                 "initial weights (version 0)")
         if state is None:
             raise RunFailed(f"no loadable checkpoint in {server.ckpt_dir}")
         opt.weights.copy_(state["weights"])
-        if opt.buf.numel() and state["momentum"].numel():
-            opt.buf.copy_(state["momentum"])
-            opt.has_buf = True
-        opt.version = state["version"]
-        log.emit(Ev.RESUME, from_version=state["version"], digest=digest(opt.weights),
+        opt.load_state(state["optimizer_state"], state["version"])
+        log.emit(Ev.RESUME, from_version=state["version"], digest=digest(opt.weights), state_digest=digest(opt.state),
                  attempt=server.restart["attempt"] if server.restart else None)
 
     def ps_start(self, server) -> None:
@@ -108,7 +105,7 @@ class CheckpointRecovery(RecoveryMode):
 
         opt, cfg = server.opt, server.ctx.cfg
         t0 = time.perf_counter()
-        state = ckpt.make_state(opt.weights, opt.buf, opt.version, cfg.seed)
+        state = ckpt.state_of(opt, cfg.seed)
         copy_s = time.perf_counter() - t0
         waited = server.writer.submit(state)
         if wait:

@@ -56,14 +56,14 @@ class Stateless(RecoveryMode):
         import torch
 
         from ..replay import UpdateBuffer
-        from ..sgd import FlatSGD
+        from ..optim import make_optimizer
 
         cfg = worker.ctx.cfg
         if worker.buffer is None:
             worker.buffer = UpdateBuffer(cfg.replay, worker.numel, cfg.max_buffered)
             if cfg.replay == "local":
-                # the workers' own copy: the last weights received, stepped in place
-                worker.local_opt = FlatSGD(torch.from_numpy(worker.weights_in), worker.ctx.lr, cfg.momentum)
+                # the workers' own copy: the last weights received, stepped in place (fresh optimizer state)
+                worker.local_opt = make_optimizer(torch.from_numpy(worker.weights_in), worker.ctx)
         if worker.pending:  # the gradient the dead PS never answered is the first buffered update
             self._keep(worker)
             worker.pending = False
