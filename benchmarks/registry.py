@@ -3,14 +3,27 @@
 A workload gives the launcher its default hyper-parameters and gives each rank
 its model and data: the training shard of one worker (an endless, seeded
 stream of batches) and the test set the evaluator scores. Add a workload by
-adding a :class:`Workload` to ``WORKLOADS``.
+adding a :class:`Workload` to ``WORKLOADS``, or bring your own from outside
+psbench: ``--benchmark my_package.module:factory`` or ``--benchmark
+path/to/file.py:factory``, where ``factory()`` returns a :class:`Workload`
+(``benchmarks/examples/custom_workload.py`` is a complete one). It is loaded
+and checked before mpirun starts; every rank loads it again by the same path.
 """
 from __future__ import annotations
 
+import functools
+import importlib
+import importlib.util
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
+
+
+class WorkloadError(ValueError):
+    """A ``--benchmark`` that names no workload, or a factory that does not give one (one line)."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +103,64 @@ WORKLOADS: dict[str, Workload] = {
 
 
 def get(name: str) -> Workload:
-    return WORKLOADS[name]
+    """The built-in workload ``name``, or the one a ``module:factory`` / ``file.py:factory`` returns."""
+    if name in WORKLOADS:
+        return WORKLOADS[name]
+    if ":" not in name:
+        raise WorkloadError(f"unknown benchmark {name!r}; choose one of: {', '.join(WORKLOADS)}, "
+                            "or MODULE:FACTORY / FILE.py:FACTORY for your own")
+    return _from_factory(name)
+
+
+def is_user_spec(name: str) -> bool:
+    return name not in WORKLOADS and ":" in name
+
+
+def absolute(name: str) -> str:
+    """A ``file.py:factory`` spec with the file's absolute path (the ranks may start elsewhere)."""
+    target, _, factory = name.rpartition(":")
+    if is_user_spec(name) and _is_file(target):
+        return f"{Path(target).resolve()}:{factory}"
+    return name
+
+
+def _is_file(target: str) -> bool:
+    return target.endswith(".py") or "/" in target
+
+
+@functools.cache
+def _from_factory(spec: str) -> Workload:
+    target, _, factory = spec.rpartition(":")
+    if not target or not factory:
+        raise WorkloadError(f"--benchmark {spec!r}: write MODULE:FACTORY or FILE.py:FACTORY")
+    try:
+        if _is_file(target):
+            path = Path(target)
+            if not path.is_file():
+                raise WorkloadError(f"--benchmark {spec!r}: no file {path}")
+            mod_spec = importlib.util.spec_from_file_location(f"psbench_user_{path.stem}", path)
+            module = importlib.util.module_from_spec(mod_spec)
+            sys.modules[mod_spec.name] = module
+            mod_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(target)
+    except WorkloadError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever the user's module raises: one line, not a traceback
+        raise WorkloadError(f"--benchmark {spec!r}: importing {target} failed: {type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0][:160] if str(exc) else 'no detail'}") from None
+    make = getattr(module, factory, None)
+    if not callable(make):
+        raise WorkloadError(f"--benchmark {spec!r}: {target} has no function {factory!r}")
+    try:
+        workload = make()
+    except Exception as exc:  # noqa: BLE001
+        raise WorkloadError(f"--benchmark {spec!r}: {factory}() raised {type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0][:160] if str(exc) else 'no detail'}") from None
+    if not isinstance(workload, Workload):
+        raise WorkloadError(f"--benchmark {spec!r}: {factory}() returned a {type(workload).__name__}, not a "
+                            "benchmarks.registry.Workload")
+    return workload
 
 
 def shard_batches(n: int, shard: int, shards: int, batch_size: int, seed: int) -> Iterator[np.ndarray]:

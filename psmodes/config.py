@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from benchmarks.registry import WORKLOADS
+from benchmarks.registry import WORKLOADS, WorkloadError
+from benchmarks.registry import get as get_workload
 
 from . import modes
 from .atomic import write_text_atomic
@@ -197,6 +198,13 @@ def fraction(value, flag: str) -> None:
         raise ConfigError(f"{flag} must be in [0, 1), got {value}")
 
 
+def check_benchmark(value, flag: str) -> None:
+    try:
+        get_workload(value)
+    except WorkloadError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def check_betas(value, flag: str) -> None:
     parse_betas(value, flag)
 
@@ -235,8 +243,9 @@ def staleness_bound(consistency: str) -> int | None:
 @dataclass
 class RunConfig:
     # workload
-    benchmark: str = option("fmnist-cnn", "--benchmark", f"one of: {', '.join(WORKLOADS)}", group="workload",
-                            check=one_of(tuple(WORKLOADS), "benchmark"))
+    benchmark: str = option("fmnist-cnn", "--benchmark", f"one of: {', '.join(WORKLOADS)}, or your own: "
+                            "MODULE:FACTORY or FILE.py:FACTORY (benchmarks/registry.py)", group="workload",
+                            check=check_benchmark)
     workers: int = option(2, "--workers", group="workload", check=positive_int)
     steps: int | None = option(None, "--steps", "train for N PS updates", group="workload", type=int,
                                check=positive_int)

@@ -137,3 +137,17 @@ def test_doctor_reports_missing_data(tmp_path):
     assert proc.returncode == 1
     assert "ULFM (fault tolerance)" in proc.stdout
     assert "Fashion-MNIST not found" in proc.stderr
+
+
+@pytest.mark.parametrize("body, factory, needle", [
+    ("def workload():\n    return 42\n", "workload", "returned a int, not a benchmarks.registry.Workload"),
+    ("import no_such_package\n", "workload", "ModuleNotFoundError: No module named 'no_such_package'"),
+    ("def other():\n    pass\n", "workload", "has no function 'workload'"),
+    ("def workload():\n    raise RuntimeError('no GPU here')\n", "workload", "workload() raised RuntimeError: no GPU here"),
+])
+def test_a_broken_user_workload_is_one_line_before_mpirun(tmp_path, body, factory, needle):
+    (tmp_path / "mine.py").write_text(body)
+    out = tmp_path / "never"
+    proc = psbench("run", "--benchmark", f"{tmp_path / 'mine.py'}:{factory}", "--steps", "10", "--out", str(out))
+    assert_one_line_error(proc, needle)
+    assert not out.exists()

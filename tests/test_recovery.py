@@ -3,9 +3,11 @@ ULFM). The synthetic benchmark keeps these short; the fmnist figures are in
 the issue notes."""
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
-from conftest import events, run_ok
+from conftest import ROOT, events, run_ok
 
 SYN = ["--benchmark", "synthetic", "--model-params", "200000", "--workers", "2", "--eval-interval", "1s",
        "--restart-delay", "2s"]
@@ -181,3 +183,15 @@ def test_chain_fails_promptly_when_head_and_all_replicas_die(tmp_path):
     assert not s["completed"] and len(s["kills"]) == 2
     assert "no copy of the PS state survives" in s["exit_reason"], s["exit_reason"]
     assert s["wall_s"] < 45  # failed promptly instead of hanging until the watchdog
+
+
+def test_a_user_workload_from_outside_the_repo_survives_a_ps_kill(tmp_path):
+    """--benchmark FILE.py:FACTORY with the README's example copied to a folder outside the checkout."""
+    mine = tmp_path / "elsewhere" / "my_workload.py"
+    mine.parent.mkdir()
+    shutil.copy(ROOT / "benchmarks" / "examples" / "custom_workload.py", mine)
+    out, s = run_ok(tmp_path, "--benchmark", f"{mine}:workload", "--workers", "2", "--mode", "checkpoint",
+                    "--checkpoint-every", "20", "--duration", "10s", "--kill-ps", "4s", "--restart-delay", "1s",
+                    "--eval-interval", "1s")
+    assert s["benchmark"] == f"{mine}:workload" and len(s["kills"]) == 1 and len(s["recoveries"]) == 1
+    assert s["final_accuracy"] > 0.45, s["final_accuracy"]  # three classes: chance is 0.33

@@ -16,7 +16,7 @@ import argparse
 import difflib
 
 from benchmarks import fmnist
-from benchmarks.registry import get
+from benchmarks.registry import absolute, get
 from psmodes.config import GROUPS, ConfigError, Option, RunConfig, config_options
 
 from .hosts import is_local, placement_of, resolve_hosts
@@ -99,6 +99,7 @@ def fields_from_args(a: argparse.Namespace) -> dict:
 def config_from_args(a: argparse.Namespace) -> RunConfig:
     """The validated RunConfig of parsed ``psbench run`` arguments; hosts resolved and placed."""
     cfg = RunConfig(**fields_from_args(a))
+    cfg.benchmark = absolute(cfg.benchmark)  # a user's workload file, found again by the ranks wherever they start
     if a.oversubscribe and a.no_oversubscribe:
         raise ConfigError("give --oversubscribe or --no-oversubscribe, not both")
     hosts, _source = resolve_hosts(a.hostfile, a.hosts)
