@@ -110,18 +110,19 @@ class Allreducer:
             sleep = min(sleep * 2, tp.SHORT_POLL)
         hvd.synchronize(handle)
 
-    def average_(self, tensor: torch.Tensor, timeout: float) -> None:
+    def average_(self, tensor: torch.Tensor, timeout: float, name: str = "psbench.grad") -> None:
+        """Average ``tensor`` over the workers in place; ``name``: Horovod's, one per tensor shape."""
         t0 = time.perf_counter()
         try:
-            self._average(tensor, timeout)
+            self._average(tensor, timeout, name)
         finally:
             self.last_s = time.perf_counter() - t0
 
-    def _average(self, tensor: torch.Tensor, timeout: float) -> None:
+    def _average(self, tensor: torch.Tensor, timeout: float, name: str) -> None:
         if self.size == 1:
             return
         if self.kind == "horovod":
-            handle = self.hvd.allreduce_async_(tensor, op=self.hvd.Average, name="psbench.grad")
+            handle = self.hvd.allreduce_async_(tensor, op=self.hvd.Average, name=name)
             self._poll(handle, time.monotonic() + timeout, timeout)
         else:
             req = self.comm.Iallreduce(MPI.IN_PLACE, tensor.numpy(), op=MPI.SUM)

@@ -3,6 +3,16 @@
 The PS, the allreduce, the replication chain and the checkpoints all move one
 contiguous vector instead of a list of tensors: one message per exchange, no
 per-step concatenation or copies, and a buffer numpy/MPI can use directly.
+
+The model's buffers (BatchNorm's running mean and variance and its batch count) are
+the tail of the same vector, after the ``n_train`` trainable parameters, so they go
+wherever the weights go: to the PS, its checkpoints, the replicas, a stateless
+hand-over, the evaluator. A worker puts its buffers' current values in the tail of
+its gradient (:meth:`FlatParams.capture_buffers`); sync averages them with the
+gradients (as DDP users get with SyncBatchNorm's statistics, not DDP's default of
+rank 0's), async sends each worker's own, and the update copies the tail instead of
+stepping it (psmodes/optim.py). The batch count is kept as float32 (exact below 2^24
+batches). A model without buffers has an empty tail: nothing changes for it.
 """
 from __future__ import annotations
 
@@ -16,7 +26,9 @@ from torch import nn
 class FlatParams:
     def __init__(self, model: nn.Module) -> None:
         params = [p for p in model.parameters() if p.requires_grad]
-        self.numel = sum(p.numel() for p in params)
+        buffers = [(m, name, b) for m in model.modules() for name, b in m._buffers.items() if b is not None]
+        self.n_train = sum(p.numel() for p in params)
+        self.numel = self.n_train + sum(b.numel() for *_, b in buffers)
         self.weights = torch.zeros(self.numel, dtype=torch.float32)
         self.grads = torch.zeros(self.numel, dtype=torch.float32)
         offset = 0
@@ -26,7 +38,20 @@ class FlatParams:
             p.data = self.weights[offset:offset + n].view_as(p)
             p.grad = self.grads[offset:offset + n].view_as(p)
             offset += n
+        for module, name, b in buffers:
+            n = b.numel()
+            self.weights[offset:offset + n].copy_(b.detach().reshape(-1).to(torch.float32))
+            module._buffers[name] = self.weights[offset:offset + n].view(b.shape)
+            offset += n
         self.model = model
+
+    @property
+    def has_buffers(self) -> bool:
+        return self.numel > self.n_train
+
+    def capture_buffers(self) -> None:
+        """The gradient's tail := the buffers as this step's forward left them."""
+        self.grads[self.n_train:].copy_(self.weights[self.n_train:])
 
     @property
     def weights_np(self) -> np.ndarray:

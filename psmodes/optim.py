@@ -13,7 +13,9 @@ the update uses.
 
 The state travels as one flat vector: the weights, then the optimizer's buffers
 (:meth:`FlatOptimizer.pack` / :meth:`FlatOptimizer.unpack`), and the step count is the
-PS version. A stateless replacement starts from the workers' weights with fresh buffers:
+PS version. The weights' tail past ``trainable`` holds the model's buffers (BatchNorm's
+statistics, psmodes/flatparams.py): an update copies it from the gradient's tail, where
+the workers put theirs, and steps only the trainable part. A stateless replacement starts from the workers' weights with fresh buffers:
 no copy of the PS's optimizer state survives the PS in that mode (the README says so).
 """
 from __future__ import annotations
@@ -24,20 +26,30 @@ DEFAULT_MOMENTUM = 0.9  # --optimizer momentum without --momentum
 ADAMW_LR = 1e-3        # --optimizer adamw without --lr (the workloads' defaults are SGD's)
 
 
-def sgd_step_(weights: torch.Tensor, grad: torch.Tensor, lr: float) -> None:
+def sgd_step_(weights: torch.Tensor, grad: torch.Tensor, lr: float, trainable: int | None = None) -> None:
     """The step itself, in place. The PS and (sync, plain SGD) every worker run exactly
     this on the same bytes, so their copies of the weights stay bitwise equal."""
-    weights.add_(grad, alpha=-lr)
+    t = weights.numel() if trainable is None else trainable
+    weights[:t].add_(grad[:t], alpha=-lr)
+    follow_buffers_(weights, grad, t)
+
+
+def follow_buffers_(weights: torch.Tensor, grad: torch.Tensor, trainable: int) -> None:
+    """The model's buffers are not stepped: they take the values the workers sent."""
+    if trainable < weights.numel():
+        weights[trainable:].copy_(grad[trainable:])
 
 
 class FlatOptimizer:
-    """Weights plus ``n_buffers`` model-sized state buffers, updated in place."""
+    """Weights plus ``n_buffers`` state buffers the size of the trainable part, updated in place."""
     n_buffers = 0
 
-    def __init__(self, weights: torch.Tensor, lr: float) -> None:
+    def __init__(self, weights: torch.Tensor, lr: float, trainable: int | None = None) -> None:
         self.weights = weights
+        self.trainable = weights.numel() if trainable is None else trainable
+        self.params = weights[:self.trainable]
         self.lr = lr
-        self.buffers = [torch.zeros_like(weights) for _ in range(self.n_buffers)]
+        self.buffers = [torch.zeros(self.trainable) for _ in range(self.n_buffers)]
         self.version = 0
 
     @property
@@ -50,7 +62,7 @@ class FlatOptimizer:
 
     @property
     def state_numel(self) -> int:
-        return self.weights.numel() * (1 + self.n_buffers)
+        return self.weights.numel() + self.trainable * self.n_buffers
 
     @property
     def state(self) -> torch.Tensor:
@@ -58,16 +70,16 @@ class FlatOptimizer:
         return torch.cat(self.buffers) if self.buffers else torch.zeros(0)
 
     def load_state(self, state: torch.Tensor, version: int) -> None:
-        n = self.weights.numel()
+        t = self.trainable
         for i, buf in enumerate(self.buffers):
-            buf.copy_(state[i * n:(i + 1) * n])
+            buf.copy_(state[i * t:(i + 1) * t])
         self.version = int(version)
 
     def pack(self, out: torch.Tensor) -> None:
-        n = self.weights.numel()
+        n, t = self.weights.numel(), self.trainable
         out[:n].copy_(self.weights)
         for i, buf in enumerate(self.buffers):
-            out[(i + 1) * n:(i + 2) * n].copy_(buf)
+            out[n + i * t:n + (i + 1) * t].copy_(buf)
 
     def unpack(self, src: torch.Tensor, version: int) -> None:
         n = self.weights.numel()
@@ -76,20 +88,22 @@ class FlatOptimizer:
 
 
 class FlatSGD(FlatOptimizer):
-    def __init__(self, weights: torch.Tensor, lr: float, momentum: float = 0.0) -> None:
+    def __init__(self, weights: torch.Tensor, lr: float, momentum: float = 0.0, trainable: int | None = None) -> None:
         self.n_buffers = 1 if momentum else 0
-        super().__init__(weights, lr)
+        super().__init__(weights, lr, trainable)
         self.momentum = momentum
 
     def step(self, grad: torch.Tensor, lr_scale: float = 1.0) -> None:
+        g = grad[:self.trainable]
         if self.momentum:
             buf = self.buffers[0]
             if self.version > 0:  # torch.optim.SGD: the first step's buffer is the gradient itself
-                buf.mul_(self.momentum).add_(grad)
+                buf.mul_(self.momentum).add_(g)
             else:
-                buf.copy_(grad)
-            grad = buf
-        sgd_step_(self.weights, grad, self.lr * lr_scale)
+                buf.copy_(g)
+            g = buf
+        self.params.add_(g, alpha=-self.lr * lr_scale)
+        follow_buffers_(self.weights, grad, self.trainable)
         self.version += 1
 
 
@@ -97,28 +111,31 @@ class FlatAdamW(FlatOptimizer):
     n_buffers = 2  # the first and second moments
 
     def __init__(self, weights: torch.Tensor, lr: float, betas: tuple[float, float] = (0.9, 0.999),
-                 weight_decay: float = 0.01, eps: float = 1e-8) -> None:
-        super().__init__(weights, lr)
+                 weight_decay: float = 0.01, eps: float = 1e-8, trainable: int | None = None) -> None:
+        super().__init__(weights, lr, trainable)
         self.betas, self.weight_decay, self.eps = betas, weight_decay, eps
-        self._denom = torch.zeros_like(weights)
+        self._denom = torch.zeros(self.trainable)
 
     def step(self, grad: torch.Tensor, lr_scale: float = 1.0) -> None:
         m, v = self.buffers
+        g, w = grad[:self.trainable], self.params
         b1, b2 = self.betas
         lr = self.lr * lr_scale
         t = self.version + 1
-        self.weights.mul_(1 - lr * self.weight_decay)
-        m.lerp_(grad, 1 - b1)
-        v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
+        w.mul_(1 - lr * self.weight_decay)
+        m.lerp_(g, 1 - b1)
+        v.mul_(b2).addcmul_(g, g, value=1 - b2)
         torch.sqrt(v, out=self._denom).div_((1 - b2 ** t) ** 0.5).add_(self.eps)
-        self.weights.addcdiv_(m, self._denom, value=-lr / (1 - b1 ** t))
+        w.addcdiv_(m, self._denom, value=-lr / (1 - b1 ** t))
+        follow_buffers_(self.weights, grad, self.trainable)
         self.version = t
 
 
-def make_optimizer(weights: torch.Tensor, ctx) -> FlatOptimizer:
-    """The run's optimizer over ``weights`` (``ctx``: a psmodes.context.Context, for lr and cfg)."""
+def make_optimizer(weights: torch.Tensor, ctx, trainable: int | None = None) -> FlatOptimizer:
+    """The run's optimizer over ``weights``, whose first ``trainable`` elements are the parameters
+    (the rest the model's buffers); ``ctx``: a psmodes.context.Context, for lr and cfg."""
     cfg = ctx.cfg
     if cfg.optimizer == "adamw":
-        return FlatAdamW(weights, ctx.lr, cfg.adam_betas, cfg.weight_decay)
+        return FlatAdamW(weights, ctx.lr, cfg.adam_betas, cfg.weight_decay, trainable=trainable)
     momentum = cfg.momentum or (DEFAULT_MOMENTUM if cfg.optimizer == "momentum" else 0.0)
-    return FlatSGD(weights, ctx.lr, momentum)
+    return FlatSGD(weights, ctx.lr, momentum, trainable)

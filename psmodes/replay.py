@@ -25,9 +25,10 @@ PAPER_THRESHOLD = 50
 class UpdateBuffer:
     """The leader's side: accumulate averaged gradients while the PS is down."""
 
-    def __init__(self, policy: str, numel: int, max_buffered: int = 256) -> None:
+    def __init__(self, policy: str, numel: int, max_buffered: int = 256, trainable: int | None = None) -> None:
         self.policy = policy
         self.numel = numel
+        self.trainable = numel if trainable is None else trainable  # past it: the model's buffers
         self.max_buffered = max_buffered
         self.count = 0
         self.dropped = 0
@@ -37,7 +38,9 @@ class UpdateBuffer:
 
     def add(self, grad: torch.Tensor) -> bool:
         if self.policy in ("paper", "mean"):
-            self.total.add_(grad)
+            t = self.trainable
+            self.total[:t].add_(grad[:t])
+            self.total[t:].copy_(grad[t:])  # BatchNorm's statistics: the newest, not a sum
         elif self.policy in ("sequential", "staleness"):
             if len(self.items) >= self.max_buffered:
                 self.dropped += 1

@@ -30,7 +30,7 @@ class Replica:
         self.ctx = ctx
         flat = build_flat(ctx)
         self.numel = flat.numel
-        self.opt = make_optimizer(flat.weights, ctx)
+        self.opt = make_optimizer(flat.weights, ctx, flat.n_train)
         self.incoming = torch.zeros(self.opt.state_numel)
         self.prev: tuple[int, torch.Tensor] | None = None
         self.version = -1

@@ -79,7 +79,7 @@ class ParameterServer:
         self.flat = build_flat(ctx)
         self.numel = self.flat.numel
         if opt is None:
-            opt = make_optimizer(self.flat.weights, ctx)
+            opt = make_optimizer(self.flat.weights, ctx, self.flat.n_train)
         self.opt = opt
         self.prev = prev  # (version, weights) kept by a promoted replica, for reconciliation
         self.grad = torch.zeros(self.numel)

@@ -120,6 +120,8 @@ class Worker:
         self.flat.grads.zero_()
         loss = self.loss_fn(self.flat.model(inputs), target)
         loss.backward()
+        if self.flat.has_buffers:  # BatchNorm's statistics after this forward travel in the gradient's tail
+            self.flat.capture_buffers()
         if self.slow_factor > 1:  # --slow-worker: a straggler, slowed before it joins the others
             time.sleep((time.perf_counter() - t0) * (self.slow_factor - 1))
         if self.allreducer is None:
@@ -127,6 +129,8 @@ class Worker:
                 self.grad_host.copy_(self.flat.grads)
         elif self.allreducer.overlapping:  # started by the hooks during backward
             self.allreducer.wait_(self.ctx.peer_timeout)
+            if self.flat.has_buffers:  # the hooks reduce the parameters' gradients only
+                self.allreducer.average_(self.flat.grads[self.flat.n_train:], self.ctx.peer_timeout, "psbench.buffers")
             if self.grad_host is not self.flat.grads:
                 self.grad_host.copy_(self.flat.grads)
         elif self.allreducer.on_device:  # NCCL Horovod: reduce on the GPU, then stage
@@ -217,7 +221,7 @@ class Worker:
         if self.ctrl.weights == RECEIVE:
             self._bcast(self.weights_in, "weights broadcast", self.ctx.peer_timeout)
         elif self.ctrl.weights == APPLY:  # the PS applied this step's gradient: do the same, bit for bit
-            sgd_step_(torch.from_numpy(self.weights_in), self.grad_host, self.ctx.lr)
+            sgd_step_(torch.from_numpy(self.weights_in), self.grad_host, self.ctx.lr, self.flat.n_train)
         if self.ctrl.weights != KEEP:
             self.flat.weights.copy_(torch.from_numpy(self.weights_in))
 

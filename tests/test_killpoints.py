@@ -25,9 +25,12 @@ same promises hold.
 from __future__ import annotations
 
 import pytest
+import torch
 
-from conftest import events, run_ok
+from conftest import ROOT, events, run_ok
 from launch.analysis.summary import replay_taken
+from psmodes import checkpoint as ckpt
+from psmodes.flatparams import digest
 from psmodes.suspicion import COLD_START_S
 
 SYN = ["--benchmark", "synthetic", "--model-params", "200000", "--workers", "2", "--eval-interval", "1s",
@@ -313,14 +316,16 @@ def test_a_replacement_hung_in_its_hand_over_is_fenced(tmp_path):
     check_promise(out, s)
 
 
-ADAMW = ["--optimizer", "adamw", "--lr", "0.002"]
+# the PS's state beyond the weights: AdamW's two moments and a model with BatchNorm statistics
+STATEFUL = ["--benchmark", f"{ROOT / 'tests' / 'batchnorm_workload.py'}:workload", "--optimizer", "adamw",
+            "--lr", "0.002"]
 
 
-def test_adamw_state_survives_a_chain_takeover_bitwise(tmp_path):
-    """Strict chain replicates the weights and both of AdamW's moments with every update, so a run
-    whose head is killed ends with bitwise the weights of the same run without a kill: a promoted
-    replica with fresh or stale moments would step differently from the first update on."""
-    base = [*SYN[:-4], "--deadline", "120s", *MODE_ARGS["chain"], *ADAMW, "--steps", "300", "--no-evaluator"]
+def test_optimizer_state_and_model_buffers_survive_a_chain_takeover_bitwise(tmp_path):
+    """Strict chain replicates the weights, the BatchNorm statistics and AdamW's moments with every
+    update, so a run whose head is killed ends with bitwise the weights of the same run without a
+    kill: a promoted replica with fresh or stale state would step differently from then on."""
+    base = [*SYN[:-4], "--deadline", "120s", *MODE_ARGS["chain"], *STATEFUL, "--steps", "300", "--no-evaluator"]
     clean, _ = run_ok(tmp_path, *base, name="clean")
     out, killed = run_ok(tmp_path, *base, "--kill-ps", "point:apply@100", name="killed")
     assert len(killed["kills"]) == 1 and killed["recoveries"][0]["lost_steps"] == 0
@@ -328,21 +333,24 @@ def test_adamw_state_survives_a_chain_takeover_bitwise(tmp_path):
     (done_clean,) = events(clean, "done", "worker0")
     (done,) = events(out, "done", "worker0")
     assert done["version"] == done_clean["version"] == 300
-    assert done["digest"] == done_clean["digest"], "the promoted head's AdamW state was not the dead head's"
+    assert done["digest"] == done_clean["digest"], "the promoted head's state was not the dead head's"
 
 
 @pytest.mark.parametrize("mode", ["checkpoint", "stateless"])
-def test_adamw_state_in_checkpoints_and_the_hand_over(tmp_path, mode):
-    """checkpoint: the replacement resumes the moments of the newest checkpoint (bitwise: its
-    resume event's state digest is the file's); stateless: a fresh replacement takes the workers'
-    hand-over with fresh moments, and the run trains on."""
-    from psmodes import checkpoint as ckpt
-    from psmodes.flatparams import digest
-
-    out, s = run_ok(tmp_path, *SYN, *MODE_ARGS[mode], *ADAMW, "--kill-ps", "point:apply@100")
+def test_optimizer_state_and_model_buffers_in_checkpoints_and_the_hand_over(tmp_path, mode):
+    """checkpoint: the replacement resumes the weights, BatchNorm statistics and AdamW moments of
+    the newest checkpoint (bitwise: its resume event's digests are the file's); stateless: a fresh
+    replacement takes the workers' weights and statistics with fresh moments, and trains on."""
+    out, s = run_ok(tmp_path, *SYN, *MODE_ARGS[mode], *STATEFUL, "--kill-ps", "point:apply@100")
     check_invariants(out, s, mode, 1)
     if mode == "checkpoint":
         (resume,) = events(out, "resume")
         state = ckpt.load(ckpt.path_for(out / "checkpoints", resume["from_version"]))
-        assert state["optimizer"] == "FlatAdamW" and state["optimizer_state"].numel() == 2 * state["weights"].numel()
+        n_train = 64 * 256 + 256 + 2 * 256 + 256 * 10 + 10  # Linear, BatchNorm's weight and bias, Linear
+        assert state["optimizer"] == "FlatAdamW" and state["optimizer_state"].numel() == 2 * n_train
+        running_var = state["weights"][n_train + 256:n_train + 512]
+        assert not torch.equal(running_var, torch.ones(256)), "the checkpoint kept no BatchNorm statistics"
+        assert state["weights"][-1] == resume["from_version"], "num_batches_tracked is not the PS's"
+        assert resume["digest"] == digest(state["weights"])
         assert resume["state_digest"] == digest(state["optimizer_state"])
+    assert s["final_accuracy"] > 0.5, s["final_accuracy"]

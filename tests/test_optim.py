@@ -61,3 +61,34 @@ def test_a_checkpoint_of_another_optimizer_is_refused(tmp_path):
     torch.save(old, tmp_path / "ckpt-0000000007.pt")
     state = ckpt.load(tmp_path / "ckpt-0000000007.pt", 100, FlatSGD(torch.ones(100), 0.01, 0.9))
     assert state["optimizer_state"].sum() == 200 and state["version"] == 7
+
+
+def test_model_buffers_are_the_tail_of_the_flat_weights():
+    """BatchNorm's statistics are views into the weights' tail: a forward in training mode moves
+    them, capture_buffers puts them in the gradient's tail, an update copies the tail instead of
+    stepping it, and the paper policy's sum keeps the newest statistics, not their sum."""
+    from torch import nn
+
+    from psmodes.flatparams import FlatParams
+    from psmodes.replay import UpdateBuffer
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 3))
+    flat = FlatParams(model)
+    n = flat.n_train
+    assert n == 8 * 16 + 16 + 2 * 16 + 16 * 3 + 3 and flat.numel == n + 16 + 16 + 1
+    model.train()
+    model(torch.randn(32, 8)).sum().backward()
+    flat.capture_buffers()
+    assert torch.equal(flat.grads[n:n + 16], model[1].running_mean) and flat.grads[-1] == 1
+    ps = FlatAdamW(torch.zeros(flat.numel), 1e-3, trainable=n)
+    ps.step(flat.grads)
+    assert torch.equal(ps.weights[n:], flat.weights[n:]) and ps.buffers[0].numel() == n
+    assert ps.state_numel == flat.numel + 2 * n
+    buf = UpdateBuffer("paper", flat.numel, trainable=n)
+    for scale in (1.0, 2.0):
+        g = flat.grads.clone()
+        g[n:] *= scale
+        buf.add(g)
+    (total,) = buf.vectors()
+    assert torch.equal(total[:n], 2 * flat.grads[:n]) and torch.equal(total[n:], 2 * flat.grads[n:])  # summed; newest

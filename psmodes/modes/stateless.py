@@ -60,10 +60,10 @@ class Stateless(RecoveryMode):
 
         cfg = worker.ctx.cfg
         if worker.buffer is None:
-            worker.buffer = UpdateBuffer(cfg.replay, worker.numel, cfg.max_buffered)
+            worker.buffer = UpdateBuffer(cfg.replay, worker.numel, cfg.max_buffered, worker.flat.n_train)
             if cfg.replay == "local":
                 # the workers' own copy: the last weights received, stepped in place (fresh optimizer state)
-                worker.local_opt = make_optimizer(torch.from_numpy(worker.weights_in), worker.ctx)
+                worker.local_opt = make_optimizer(torch.from_numpy(worker.weights_in), worker.ctx, worker.flat.n_train)
         if worker.pending:  # the gradient the dead PS never answered is the first buffered update
             self._keep(worker)
             worker.pending = False
