@@ -45,7 +45,7 @@ def _model(cfg) -> nn.Module:
 def workload() -> Workload:
     return Workload(
         name="spirals-mlp", description="a 2-layer MLP on three interleaved spirals (an example workload)",
-        lr=0.1, batch_size=64, needs_data=False,
+        lr=0.3, batch_size=64, needs_data=False,
         build_model=_model,
         load_train=lambda cfg: _spirals(30000, 1),
         load_test=lambda cfg: _spirals(3000, 2),
