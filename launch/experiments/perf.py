@@ -50,6 +50,7 @@ from benchmarks import fmnist
 from psmodes.atomic import write_text_atomic
 from psmodes.config import ConfigError, RunConfig
 from psmodes.events import read_run_events
+from psmodes.suspicion import COLD_START_S
 
 from ..analysis.machine import machine_info
 from ..analysis.perfreport import write_perf_report
@@ -267,14 +268,17 @@ class Perf:
 
     def failures(self) -> None:
         p = self.plan
-        times = [round(5 + i * p.kill_gap_s, 1) for i in range(p.kills)]
         for kind in p.failure_kinds:
+            # a hang within a replacement's cold start is suspected only once it has passed (psmodes/suspicion.py):
+            # measured here is a hung PS that was answering, so each hang comes after the previous one's cold start
+            gap = p.kill_gap_s + (COLD_START_S + RunConfig().suspect_after_s if kind == "hang" else 0.0)
+            times = [round(5 + i * gap, 1) for i in range(p.kills)]
             for mode, extra in FAILURE_MODES.items():
                 if p.quick and kind != "kill" and mode != "checkpoint":
                     continue
                 scheduled = {"kill": {"kill_ps": [f"{t}s" for t in times]}, "hang": {"hang_ps": [f"{t}s" for t in times]},
                              "slow": {"slow_ps": [f"{t}s~{SLOW_S:g}s" for t in times]}, "outside": {}}[kind]
-                cfg = self.base(mode=mode, seed=0, duration_s=times[-1] + p.kill_gap_s, restart_delay_s=0.0,
+                cfg = self.base(mode=mode, seed=0, duration_s=times[-1] + gap, restart_delay_s=0.0,
                                 **scheduled, **extra)
                 name = f"failures-{mode}" + ("" if kind == "kill" else f"-{kind}")
                 killer = OutsideKiller(self.runs / name, times if kind == "outside" else [], cfg.resolved_deadline())
