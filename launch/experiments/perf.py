@@ -278,7 +278,7 @@ class Perf:
                     continue
                 scheduled = {"kill": {"kill_ps": [f"{t}s" for t in times]}, "hang": {"hang_ps": [f"{t}s" for t in times]},
                              "slow": {"slow_ps": [f"{t}s~{SLOW_S:g}s" for t in times]}, "outside": {}}[kind]
-                cfg = self.base(mode=mode, seed=0, duration_s=times[-1] + gap, restart_delay_s=0.0,
+                cfg = self.base(mode=mode, seed=0, duration_s=times[-1] + p.kill_gap_s, restart_delay_s=0.0,
                                 **scheduled, **extra)
                 name = f"failures-{mode}" + ("" if kind == "kill" else f"-{kind}")
                 killer = OutsideKiller(self.runs / name, times if kind == "outside" else [], cfg.resolved_deadline())
