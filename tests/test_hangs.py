@@ -196,6 +196,21 @@ def test_fault_records_tell_planned_from_unplanned():
     assert unplanned_hang["_t"] == 5.5 and "fenced" in unplanned_hang["evidence"]  # when the suspected wait began
 
 
+def test_a_fence_belongs_to_the_latest_fault_of_its_process():
+    """Found by psbench chaos: the PS slowed from 3.0 s to 4.8 s and hung at 4.85 s was fenced at
+    8.0 s; the fence went to the slow phase (listed after the hangs), and the hang looked unfenced."""
+    from launch.analysis.faults import fault_records
+
+    stream = [ev(0, "start", "ps", pid=10, host="h", role="ps"),
+              ev(3.0, "slow", "launcher", t_slow=3.0, pid=10, host="h", role="ps", at="3s~1.8s", for_s=1.8, factor=2),
+              ev(4.85, "hang", "launcher", t_hang=4.85, pid=10, host="h", role="ps", at="4.77s", for_s=None),
+              ev(8.0, "fence", "launcher", t_fence=8.0, pid=10, host="h", role="ps", by="worker0", t_suspect=7.97,
+                 waited_s=3.0)]
+    slow, hang = fault_records(stream, lambda k: k["t_kill"], lambda t, who: t)
+    assert (slow["kind"], hang["kind"]) == ("slow", "hang")
+    assert hang["_t_fence"] == 8.0 and "_t_fence" not in slow
+
+
 def test_hang_and_slow_points_parse_with_their_length():
     from launch.driver.kills import parse_kills
 

@@ -55,8 +55,8 @@ def fault_records(events: list[dict], kill_time, to_launcher) -> list[dict]:
         landed = kill_time({**f, "t_kill": f.get("t_fence", f["t"])})  # a remote one: when it was carried out
         mine = [r for r in out if r["kind"] in ("hang", "slow", "partition") and (r["pid"], r["host"]) ==
                 (f["pid"], f["host"]) and r["_t"] <= landed]
-        if mine:
-            mine[-1]["_t_fence"] = landed
+        if mine:  # the latest of them (found by psbench chaos: a hang during a slow phase was fenced, and the
+            max(mine, key=lambda r: r["_t"])["_t_fence"] = landed  # fence went to the slow phase, listed after it)
             continue
         began = to_launcher(f.get("t_suspect", f["t"]), f.get("by") or "launcher") - (f.get("waited_s") or 0)
         rec = _record("unplanned", False, began, f, f"suspected by {f.get('by')} ({f.get('what')}) and fenced")
