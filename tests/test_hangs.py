@@ -209,6 +209,10 @@ def test_a_fence_belongs_to_the_latest_fault_of_its_process():
     slow, hang = fault_records(stream, lambda k: k["t_kill"], lambda t, who: t)
     assert (slow["kind"], hang["kind"]) == ("slow", "hang")
     assert hang["_t_fence"] == 8.0 and "_t_fence" not in slow
+    # a hang inside the slow phase lasts one duty cycle: the phase's next SIGCONT continues it
+    inside = [stream[0], {**stream[1], "for_s": 2.9}, stream[2]]
+    _, hang = fault_records(inside, lambda k: k["t_kill"], lambda t, who: t)
+    assert hang["_t_ended"] == pytest.approx(4.85 + 0.2) and "continued by the slow phase" in hang["evidence"]
 
 
 def test_hang_and_slow_points_parse_with_their_length():

@@ -46,6 +46,14 @@ def fault_records(events: list[dict], kill_time, to_launcher) -> list[dict]:
         rec = _record("slow", True, e["t_slow"], e, f"slowed x{e.get('factor')} at {e.get('at')}")
         rec["for_s"] = e.get("for_s")
         out.append(rec)
+        # a hang of the same process within the slow phase lasts one duty cycle: the phase's next SIGCONT
+        # ends it (found by psbench chaos: a hang at 5.4 s inside a slow phase from 4.5 s to 7.4 s)
+        for h in out:
+            if (h["kind"] == "hang" and (h["pid"], h["host"]) == (e["pid"], e["host"]) and "_t_ended" not in h
+                    and e["t_slow"] <= h["_t"] < e["t_slow"] + (e.get("for_s") or 0)):
+                cycle = e.get("period_s", 0.2)  # the phase's stop-and-continue period, recorded by the injector
+                h["_t_ended"] = h["_t"] + cycle
+                h["evidence"] += f"; continued by the slow phase at {e.get('at')} within {cycle} s"
     for e in by("partition", "launcher"):
         rec = _record("partition", True, e["t_partition"], e, f"{e['host']} cut off from {e.get('peer')} "
                       f"at {e.get('at')}")

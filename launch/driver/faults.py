@@ -402,7 +402,8 @@ class Injector:
                 self.killed.add(key)  # stopped until fenced: the next fault waits for its replacement
             rec = self.log.emit("hang", t_hang=t, signal="SIGSTOP", for_s=point.for_s, **common, **how)
         elif point.kind == "slow":
-            rec = self.log.emit("slow", t_slow=t, for_s=point.for_s, factor=self.slow_factor, **common, **how)
+            rec = self.log.emit("slow", t_slow=t, for_s=point.for_s, factor=self.slow_factor, period_s=SLOW_PERIOD_S,
+                                **common, **how)
         else:
             rec = self.log.emit("partition", t_partition=t, for_s=point.for_s, peer=self.peer_host, **common, **how)
         self.faults.append(rec)
