@@ -77,12 +77,12 @@ def load(path: Path, numel: int | None = None, optimizer=None) -> dict:
     n = state["weights"].numel()
     if numel is not None and n != numel:
         raise CheckpointError(f"{path}: checkpoint has {n} weights, the model {numel}")
-    if n == 0 or state["optimizer_state"].numel() % n:
-        raise CheckpointError(f"{path}: optimizer state size does not match the weights")
-    if optimizer is not None and state["optimizer_state"].numel() != optimizer.state.numel():
-        raise CheckpointError(f"{path}: written by optimizer {state['optimizer']!r} "
-                              f"({state['optimizer_state'].numel() // n} buffers), this run's has "
-                              f"{optimizer.n_buffers}")
+    # the optimizer's buffers are the size of the trainable part (the weights' tail holds the model's
+    # buffers, psmodes/flatparams.py), which only the optimizer knows
+    if optimizer is not None and state["optimizer_state"].numel() != optimizer.trainable * optimizer.n_buffers:
+        raise CheckpointError(f"{path}: written by optimizer {state['optimizer']!r} with "
+                              f"{state['optimizer_state'].numel()} state values, this run's "
+                              f"{type(optimizer).__name__} keeps {optimizer.trainable * optimizer.n_buffers}")
     return state
 
 

@@ -54,7 +54,7 @@ def test_adamw_state_travels_whole(tmp_path):
 def test_a_checkpoint_of_another_optimizer_is_refused(tmp_path):
     sgd = FlatSGD(torch.ones(100), 0.01)  # no buffers
     path = ckpt.save(tmp_path, ckpt.state_of(sgd, 0))
-    with pytest.raises(ckpt.CheckpointError, match="written by optimizer 'FlatSGD'"):
+    with pytest.raises(ckpt.CheckpointError, match="written by optimizer 'FlatSGD' with 0 state values"):
         ckpt.load(path, 100, FlatAdamW(torch.ones(100), 1e-3))
     # a checkpoint of format 1 (before the optimizers: a momentum buffer) still loads
     old = {"format": 1, "weights": torch.ones(100), "momentum": torch.full((100,), 2.0), "version": 7, "seed": 0}
@@ -92,3 +92,12 @@ def test_model_buffers_are_the_tail_of_the_flat_weights():
         buf.add(g)
     (total,) = buf.vectors()
     assert torch.equal(total[:n], 2 * flat.grads[:n]) and torch.equal(total[n:], 2 * flat.grads[n:])  # summed; newest
+
+
+def test_a_checkpoint_of_a_model_with_buffers_loads(tmp_path):
+    """The moments are the size of the trainable part, not of the weights with their buffers' tail
+    (the full suite caught the first version refusing every such checkpoint)."""
+    opt = FlatAdamW(torch.randn(600), 1e-3, trainable=500)
+    opt.step(torch.randn(600))
+    state = ckpt.load(ckpt.save(tmp_path, ckpt.state_of(opt, 0)), 600, FlatAdamW(torch.zeros(600), 1e-3, trainable=500))
+    assert state["optimizer_state"].numel() == 1000 and torch.equal(state["weights"][500:], opt.weights[500:])
