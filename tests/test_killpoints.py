@@ -341,7 +341,11 @@ def test_optimizer_state_and_model_buffers_in_checkpoints_and_the_hand_over(tmp_
     """checkpoint: the replacement resumes the weights, BatchNorm statistics and AdamW moments of
     the newest checkpoint (bitwise: its resume event's digests are the file's); stateless: a fresh
     replacement takes the workers' weights and statistics with fresh moments, and trains on."""
-    out, s = run_ok(tmp_path, *SYN, *MODE_ARGS[mode], *STATEFUL, "--kill-ps", "point:apply@100")
+    # checkpoint: 140 steps and K=50, so the checkpoint it resumes from (50) is still among the 3 kept at
+    # the end; stateless trains through the outage, so a step count would end the run inside the replay
+    length = ["--steps", "140", "--checkpoint-every", "50"] if mode == "checkpoint" else ["--duration", "8s"]
+    out, s = run_ok(tmp_path, *SYN[:-4], "--deadline", "120s", *MODE_ARGS[mode], *length, *STATEFUL,
+                    "--kill-ps", "point:apply@100")
     check_invariants(out, s, mode, 1)
     if mode == "checkpoint":
         (resume,) = events(out, "resume")
