@@ -74,8 +74,8 @@ class Suspicion:
         timer.start()
         return timer
 
-    def _held_s(self) -> float:
-        """How long the peer's current holder has held its role; 0 while none holds it yet (no pid
+    def _holder(self) -> tuple[float, dict | None]:
+        """The peer's pid file, and how long its holder has held the role: 0 while none holds it yet (no pid
         file, or here the file of a dead holder). A replacement on a loaded machine can take longer
         than the cold start to get there (the imports, the model, a restore): it is starting, not
         hung, and a process that named no pid cannot be fenced anyway (found by psbench chaos: a
@@ -83,8 +83,8 @@ class Suspicion:
         hand-over's wait carried no suspicion; with one, it must not blame a slow start)."""
         info = read_pid_file(self.ctx.cfg.run_dir, self.role)
         if info is None or (info["host"] == socket.gethostname() and not alive(int(info["pid"]))):
-            return 0.0
-        return max(0.0, time.time() - float(info.get("t", 0.0)))
+            return 0.0, info
+        return max(0.0, time.time() - float(info.get("t", 0.0))), info
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
@@ -92,17 +92,17 @@ class Suspicion:
     def check(self) -> None:
         if self.fired or not self.after_s or time.monotonic() - self.armed_at < self.after_s:
             return
-        held_s = self._held_s()
+        held_s, info = self._holder()
         if held_s < self.after_s:  # the holder took its role only now: the whole deadline from then
             self.armed_at = time.monotonic() - held_s
             return
         self.fired = True
-        suspect(self.ctx, self.role, self.what, time.monotonic() - self.t0)
+        suspect(self.ctx, self.role, self.what, time.monotonic() - self.t0, info)
 
 
-def suspect(ctx, role: str, what: str, waited_s: float) -> dict | None:
-    """Record the suspicion of ``role``'s holder; fence it here if no launcher will."""
-    info = read_pid_file(ctx.cfg.run_dir, role)
+def suspect(ctx, role: str, what: str, waited_s: float, info: dict | None) -> dict | None:
+    """Record the suspicion of ``role``'s holder (``info``: its pid file, just read); fence it here
+    if no launcher will."""
     if info is not None and info["pid"] == os.getpid():  # a stale file (a promotion renames roles): never itself
         info = None
     if info is None:

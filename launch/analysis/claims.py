@@ -60,8 +60,7 @@ def accuracy_claim(name: str, group: list[ConfigAggregate]) -> list[dict]:
     """Stateless "improves accuracy as much as 10% in the face of a failure": its best final accuracy
     against the best of checkpoint and chain in the same setting."""
     rows = []
-    s = _best([a for a in group if a.config.get("mode") == "stateless" and a.completed and a.has_kills],
-              "final_accuracy")
+    s = _best(_by_mode(group, "stateless"), "final_accuracy")
     other = _best(_by_mode(group, "checkpoint") + _by_mode(group, "chain"), "final_accuracy")
     if s and other:
         est = diff_ci(s.values["final_accuracy"], other.values["final_accuracy"])
@@ -75,13 +74,12 @@ def setback_claim(name: str, group: list[ConfigAggregate]) -> list[dict]:
     """Chain replication and checkpointing "suffer setbacks in accuracy due to restarting from old
     checkpoints": their worst dip after a failure (and the steps they lost), and stateless' for scale."""
     rows = []
+    stateless = _best(_by_mode(group, "stateless"), "worst_dip", False)  # _best skips configurations without a dip
+    scale = f"; stateless's smallest: {stateless.estimates['worst_dip'].mean:.3f} ({stateless.label})" if stateless else ""
     for mode in ("checkpoint", "chain"):
         for a in _by_mode(group, mode):
             est = mean_ci(a.values["worst_dip"])
             lost = a.estimates["lost_steps"].mean
-            stateless = _best([b for b in group if b.config.get("mode") == "stateless" and b.completed], "worst_dip", False)
-            scale = (f"; stateless's smallest: {stateless.estimates['worst_dip'].mean:.3f} ({stateless.label})"
-                     if stateless and stateless.estimates["worst_dip"].mean is not None else "")
             rows.append({"setting": name, "measured": f"{a.label}: worst dip {_ci(est, '{:.3f}')}, lost steps "
                          f"{lost if lost is not None else '–'}{scale}", "verdict": verdict(est, +1)})
     return rows
