@@ -69,6 +69,7 @@ class Ev(StrEnum):
     EXIT = "exit"                      # the launcher's end: return code, reason
     JOB_EXIT = "job_exit"              # job-restart: one attempt's job ended
     RESTART = "restart"                # job-restart: the next attempt starts
+    START_FAILED = "start_failed"      # Open MPI failed before any rank started; started again (or given up)
     CLOCK_OFFSETS = "clock_offsets"    # per-host clock offsets (clusters)
 
 

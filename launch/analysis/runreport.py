@@ -104,6 +104,8 @@ def write_run_report(run_dir: str | Path) -> Path:
                         ("Setbacks (what each failure cost the model: launch/analysis/setbacks.py)",
                          summary.get("setbacks")),
                         ("Whole-job restarts", summary.get("restarts")),
+                        ("Start-up failures (Open MPI failed before any rank started; the launcher starts such a job again, twice at most)",
+                         summary.get("start_failures")),
                         ("Clock offsets (other hosts against the launcher's clock)", offsets),
                         ("Placement", _placement(run_dir))):
         if rows:

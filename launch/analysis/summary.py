@@ -26,7 +26,8 @@ update: receive, apply, after (replicate/checkpoint), send), ``recovery``, ``fai
 ``crashes`` (``who``, ``reason``: a rank died of a signal psbench did not send,
 found in mpirun.log, launch/driver/crashes.py), ``restarts`` (``--recovery job-restart``: the launcher's
 restarts; a recovery then runs from the kill to the new job's first step and
-also has ``restart_s``), ``hosts`` and ``clock_offsets`` (other hosts' clocks
+also has ``restart_s``), ``start_failures`` (Open MPI failed to start the job before any rank
+started, for a reason a new start cures; the launcher started it again), ``hosts`` and ``clock_offsets`` (other hosts' clocks
 against the launcher's; detection times are moved to the launcher's clock).
 Times are seconds since training started (the PS's first contact).
 """
@@ -183,6 +184,8 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
         "crashes": [{"who": e.get("role") or "?", "reason": e["reason"]} for e in crashes],
         "recovery": cfg.recovery,
         "restarts": [{"attempt": e["attempt"], "t_s": rel(e["t_restart"])} for e in restarts],
+        # Open MPI failed before any rank started, for a reason that a new start cures (launch/driver/mpirun.py)
+        "start_failures": [{"attempt": e["attempt"], "reason": e["reason"]} for e in by("start_failed")],
         "usage": {e["who"]: {"cpu_s": e["cpu_s"], "wall_s": e["wall_s"], "maxrss_mb": e["maxrss_mb"],
                              "cpu_frac": round(e["cpu_s"] / e["wall_s"], 3) if e["wall_s"] else None}
                   for e in by("usage")},

@@ -37,7 +37,7 @@ from .lifetime import die_with
 from .faults import Injector, close_ssh_masters, kill_route, measure_offset, rank_env, with_rank_env
 from .hosts import is_local, placement_of
 from .kills import schedule
-from .mpirun import launch_command, mpirun_env
+from .mpirun import START_RETRIES, launch_command, mpirun_env, purge_stale_sessions, transient_start_failure
 
 FAILED_GRACE_S = 15.0  # after a rank reports a fatal failure, how long the others get to finish
 RESTART_GRACE_S = 3.0  # the same for a job that ends to be restarted (--recovery job-restart)
@@ -114,18 +114,33 @@ def run_job(cfg: RunConfig, quiet: bool = False, tick=None) -> dict:
     watch = Watch(cfg, injector, tail, progress, tick, t_start, deadline, crashes.CrashScan(run_dir), log)
     previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)
     attempt = 0
+    start_failures = 0
+    header = None
     proc = None
     try:
         while True:
             t_attempt = time.time()
-            proc = start(cmd, run_dir, cfg, attempt)
+            log_at = _size(run_dir / "mpirun.log") if header else 0
+            proc = start(cmd, run_dir, cfg, header)
             watch.attempt(proc)
             stop_group(proc)
             log.emit("job_exit", attempt=attempt, returncode=proc.returncode, t_exit=time.time(),
                      finished=watch.finished)
+            failure = start_failure(run_dir, log_at, watch)
+            if failure:
+                start_failures += 1
+                log.emit("start_failed", attempt=start_failures, reason=failure)
+                if start_failures > START_RETRIES:
+                    watch.exit_reason = f"Open MPI failed to start the job {start_failures} times: {failure}"
+                    break
+                header = f"psbench: started again after a start-up failure ({start_failures})"
+                if not quiet:
+                    progress._write(f"[launcher] Open MPI failed to start the job ({failure}); starting it again")
+                continue
             if not restartable(cfg, watch, injector, t_attempt, attempt):
                 break
             attempt += 1
+            header = f"psbench: restart {attempt}"
             if not watch.sleep(cfg.restart_delay_s):
                 break
             write_text_atomic(run_dir / "restart.json",
@@ -154,14 +169,34 @@ def run_job(cfg: RunConfig, quiet: bool = False, tick=None) -> dict:
     return summary
 
 
-def start(cmd: list[str], run_dir: Path, cfg: RunConfig, attempt: int) -> subprocess.Popen:
-    with open(run_dir / "mpirun.log", "ab" if attempt else "wb") as out:
-        if attempt:
-            out.write(f"\n==== psbench: restart {attempt} ====\n".encode())
+def start(cmd: list[str], run_dir: Path, cfg: RunConfig, header: str | None) -> subprocess.Popen:
+    """Starts the job; its output goes to ``mpirun.log``, after the ``header`` line of a job started
+    again (a whole-job restart or a start-up failure) and the output of the jobs before it."""
+    purge_stale_sessions()
+    with open(run_dir / "mpirun.log", "ab" if header else "wb") as out:
+        if header:
+            out.write(f"\n==== {header} ====\n".encode())
             out.flush()
         return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**mpirun_env(cfg), **rank_env(cfg)},
                                 start_new_session=True, stdin=subprocess.DEVNULL,
                                 preexec_fn=die_with(os.getpid()))
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def start_failure(run_dir: Path, log_at: int, watch: "Watch") -> str | None:
+    """Why Open MPI failed to start this job, when it did so before any rank started and for a
+    reason that starting it again cures (launch/driver/mpirun.py); None otherwise."""
+    if watch.ranks.started or watch.t0 is not None or watch.exit_reason is not None:
+        return None
+    with open(run_dir / "mpirun.log", "rb") as fh:
+        fh.seek(log_at)
+        return transient_start_failure(fh.read(1 << 20))
 
 
 def restartable(cfg: RunConfig, watch: "Watch", injector: Injector, t_attempt: float, attempt: int) -> bool:
