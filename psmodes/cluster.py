@@ -7,10 +7,14 @@ Repair is two collective steps, both taken by every survivor:
    drops the dead, survivors keep their relative order, and in ``chain`` mode
    the first surviving replica becomes the head (rank 0) with the others
    moving up the chain.
-2. :meth:`Cluster.respawn` after ``--restart-delay``: ``MPI_Comm_spawn`` starts
-   real new processes for the missing roles (a cold start), and
-   ``MPI_Comm_create_from_group`` makes the new world of survivors and
-   replacements, ranked in the canonical layout of :mod:`psmodes.roles`.
+2. :meth:`Cluster.respawn` after ``--restart-delay``: the spares (``--spares``),
+   survivors themselves, take the missing roles in canonical order (PS first);
+   ``MPI_Comm_spawn`` starts real new processes for the roles no spare is left
+   for (a cold start). ``MPI_Comm_create_from_group`` makes the new world of
+   survivors and replacements, ranked in the canonical layout of
+   :mod:`psmodes.roles`. A repair that spares cover needs no spawn at all: no
+   new Python, no torch import, and none of Open MPI 5.0.11's failures inside
+   a spawn (see :func:`join` and psmodes.context.Context.respawn).
 """
 from __future__ import annotations
 
@@ -96,17 +100,17 @@ class Cluster:
         have = set(self.roles)
         return [role for role in full if role not in have]
 
-    def respawn(self, missing: list[Role], run_dir: str, spawned=None) -> float:
-        """Collective over the survivors: start one process per missing role and
-        make the new world of survivors and replacements, in canonical order.
+    def respawn(self, missing: list[Role], run_dir: str, spawned=None) -> tuple[list[Role], list[Role]]:
+        """Collective over the survivors: give the missing roles to the spares, start one
+        process per role left over, and make the new world in canonical order.
 
-        Returns the seconds it took. ``spawned``: called by the root once the spawn
-        returned (the ``in_spawn`` kill point)."""
-        t0 = time.monotonic()
+        Returns (the roles spares took, the roles spawned). ``spawned``: called by the root
+        once the spawn returned (the ``in_spawn`` kill point)."""
         self.generation += 1
+        roles, taken, missing = fill_from_spares(self.roles, missing)
         if missing:
             args = [["-m", "psmodes.main", "--run-dir", run_dir, "--role", r.spec, "--generation",
-                     str(self.generation), "--parents", ",".join(p.spec for p in self.roles),
+                     str(self.generation), "--parents", ",".join(p.spec for p in roles),
                      "--spawned", ",".join(m.spec for m in missing)] for r in missing]
             try:
                 inter = self.world.Spawn_multiple([sys.executable] * len(missing), args, [1] * len(missing), root=0)
@@ -114,9 +118,12 @@ class Cluster:
                 raise self._spawn_error(exc) from None
             if spawned is not None:
                 spawned()
-            self.world, self.roles = join(inter.Get_group(), self.roles, inter.Get_remote_group(), missing,
+            self.world, self.roles = join(inter.Get_group(), roles, inter.Get_remote_group(), missing,
                                           self.generation)
-        return time.monotonic() - t0
+        elif taken:
+            self.world, self.roles = make_world(self.world.Get_group(), roles, self.generation)
+        self.me = self.roles[self.world.Get_rank()]
+        return taken, missing
 
     def _spawn_error(self, exc: MPI.Exception, wait_s: float = 1.0) -> Exception:
         """What a failed MPI_Comm_spawn means: PeerFailed (repair and spawn again) when a member
@@ -151,9 +158,14 @@ def join(parents: MPI.Group, parent_roles: list[Role], spawned: MPI.Group, spawn
     "NBC_Progress: an error 75", printed millions of times), and a later spawn queued
     behind it. Creating the communicator from a group agrees through PMIx instead and
     fails at once (MPI_ERR_UNSUPPORTED_OPERATION) when a member is dead."""
-    roles = parent_roles + spawned_roles
+    return make_world(MPI.Group.Union(parents, spawned), parent_roles + spawned_roles, generation)
+
+
+def make_world(members: MPI.Group, roles: list[Role], generation: int) -> tuple[MPI.Intracomm, list[Role]]:
+    """The world of ``members`` (``roles[i]`` is the role of the group's rank i), ranked in
+    canonical order; collective over the members (see :func:`join` for why this call)."""
     order = sorted(range(len(roles)), key=lambda i: sort_key(roles[i]))
-    group = MPI.Group.Union(parents, spawned).Incl(order)
+    group = members.Incl(order)
     try:
         world = MPI.Intracomm.Create_from_group(group, f"psbench.world.{generation}")
     except MPI.Exception as exc:
@@ -182,5 +194,23 @@ def _promote(roles: list[Role]) -> list[Role]:
     return out
 
 
+def fill_from_spares(roles: list[Role], missing: list[Role]) -> tuple[list[Role], list[Role], list[Role]]:
+    """The world's roles once its spares took the missing roles (in order: the PS first), the roles
+    they took, and the roles left for a spawn. The same pure function on every survivor."""
+    roles, missing = list(roles), list(missing)
+    taken = []
+    for rank, role in enumerate(roles):
+        if role.kind == "spare" and missing:
+            roles[rank] = missing.pop(0)
+            taken.append(roles[rank])
+    return roles, taken, missing
+
+
 def full_layout(cfg) -> list[Role]:
+    """The roles a run needs filled: without its spares (a used spare is not missed)."""
     return layout(cfg.workers, cfg.n_replicas, cfg.evaluator)
+
+
+def initial_layout(cfg) -> list[Role]:
+    """The roles of the ranks mpirun starts: the full layout and the spares."""
+    return layout(cfg.workers, cfg.n_replicas, cfg.evaluator, cfg.spares)

@@ -292,6 +292,9 @@ class RunConfig:
                                   check=positive_int)
     restart_delay_s: float = option(10.0, "--restart-delay", "time before a replacement is spawned",
                                     group="recovery", parse=duration_or_zero, check=non_negative)
+    spares: int = option(0, "--spares", "standby ranks started with the job, warm, that take a dead PS's, "
+                         "replica's or evaluator's place without MPI_Comm_spawn (spawned again once none is left)",
+                         group="recovery", check=whole_number)
     replay: str = option("paper", "--replay", f"stateless mode: {', '.join(REPLAY_POLICIES)}", group="recovery",
                          check=one_of(REPLAY_POLICIES, "replay policy"))
     max_buffered: int = option(256, "--max-buffered", "stateless, replay sequential or staleness: gradients kept "
@@ -355,7 +358,7 @@ class RunConfig:
     # ---- derived
     @property
     def n_ranks(self) -> int:
-        return 1 + self.n_replicas + (1 if self.evaluator else 0) + self.workers
+        return 1 + self.n_replicas + (1 if self.evaluator else 0) + self.workers + self.spares
 
     @property
     def recovery_mode(self) -> modes.RecoveryMode:
@@ -440,6 +443,10 @@ class RunConfig:
         if self.recovery == "job-restart" and not mode.supports_job_restart:
             raise ConfigError(f"--recovery job-restart needs --mode checkpoint (the restarted job resumes from "
                               f"the newest checkpoint), not --mode {self.mode}")
+        if self.spares and self.dies_with_ps:
+            why = "--recovery job-restart restarts the whole job" if mode.survives_ps_death else \
+                f"--mode {self.mode} does not repair the job"
+            raise ConfigError(f"--spares {self.spares}: {why}, so no spare could take a role; drop --spares")
         if not self.ulfm and self.recovery == "ulfm" and mode.survives_ps_death:
             raise ConfigError(f"--mode {self.mode} repairs the job in place and needs ULFM, which is off; "
                               "use --recovery job-restart")

@@ -214,7 +214,8 @@ class Context:
         raise transport.PeerTimeout(f"no repair announced within {timeout:.0f} s")
 
     def respawn(self) -> float:
-        """Every survivor: spawn the missing roles (collective), after the leader's announcement.
+        """Every survivor: fill the missing roles (collective), after the leader's announcement:
+        from the spares first, by a spawn for the rest (:meth:`psmodes.cluster.Cluster.respawn`).
 
         A death during the spawn (a kill that lands while the replacement is
         starting: MPI_Comm_spawn fails with ERR_PROC_FAILED, or making the new
@@ -239,8 +240,8 @@ class Context:
                 if root:
                     killpoints.reached("spawn", self, attempt=attempt, missing=[r.label for r in missing])
                 spawned = (lambda: killpoints.reached("in_spawn", self, attempt=attempt)) if root else None
-                self._bounded(lambda: self.cluster.respawn(missing, self.cfg.run_dir, spawned),
-                              self.outage_timeout, "spawn", stalled_by=self._death_noticed)
+                taken, spawned_roles = self._bounded(lambda: self.cluster.respawn(missing, self.cfg.run_dir, spawned),
+                                                     self.outage_timeout, "spawn", stalled_by=self._death_noticed)
                 break
             except transport.PeerFailed as exc:
                 self.log.emit(Ev.SPAWN_FAILED, attempt=attempt, error=str(exc), spawning=[r.label for r in missing],
@@ -251,9 +252,11 @@ class Context:
                 self._shrink(exc, via="spawn")
         seconds = time.monotonic() - t0
         self._action_req = None
-        self.cold_until = time.monotonic() + COLD_START_S  # the replacements are still starting (psmodes.suspicion)
-        self.log.emit(Ev.RESPAWNED, spawned=[r.label for r in missing], seconds=seconds, attempts=attempt,
-                      role=self.cluster.me.label, rank=self.cluster.rank, generation=self.cluster.generation)
+        if spawned_roles:  # the spawned replacements are still starting (psmodes.suspicion); a spare is warm
+            self.cold_until = time.monotonic() + COLD_START_S
+        self.log.emit(Ev.RESPAWNED, spawned=[r.label for r in spawned_roles], from_spares=[r.label for r in taken],
+                      seconds=seconds, attempts=attempt, role=self.cluster.me.label, rank=self.cluster.rank,
+                      generation=self.cluster.generation)
         return seconds
 
     def _death_noticed(self) -> bool:

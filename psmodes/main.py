@@ -40,11 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     from mpi4py import MPI  # a replacement's MPI_Init connects it to the survivors' spawn
 
     # only light imports before a replacement joins: the survivors wait in the spawn until it does
-    from .cluster import Cluster, full_layout
+    from .cluster import Cluster, initial_layout
     from .roles import Role
     from .transport import PeerFailed
 
-    full = full_layout(cfg)
+    full = initial_layout(cfg)
     MPI.COMM_WORLD.Set_errhandler(MPI.ERRORS_RETURN)
     worker_comm = None
     if args.role:
@@ -71,42 +71,31 @@ def main(argv: list[str] | None = None) -> int:
         name = me.label
     from .context import Context, RunFailed, set_threads
 
-    log = EventLog(cfg.run_dir, name)
     threads = set_threads(cfg)
-    ctx = Context(cfg, cluster, log)
-    log.emit(Ev.START, role=me.label, pid=os.getpid(), rank=cluster.rank, size=cluster.world.Get_size(), threads=threads,
-             generation=cluster.generation, device=str(ctx.device), host=MPI.Get_processor_name())
+    ctx = Context(cfg, cluster, EventLog(cfg.run_dir, name))
+    start_event(ctx, threads)
     try:
-        if me.kind == "ps":
-            from .consistency import make_server
+        if me.kind == "spare":
+            from .spare import Spare
 
-            make_server(ctx).run()
-        elif me.kind == "replica":
-            from .replica import Replica
-
-            Replica(ctx).run()
-        elif me.kind == "evaluator":
-            from .evaluator import Evaluator
-
-            Evaluator(ctx).run()
-        else:
-            from .consistency import make_worker
-
-            make_worker(ctx, worker_comm).run()
+            taken = Spare(ctx).run()
+            if taken is not None:  # this warm process is now that role's replacement
+                name = promote(ctx, taken, threads)
+        run_role(ctx, worker_comm)
     except RunFailed as exc:
-        log.emit(Ev.FAILED, reason=str(exc))
+        ctx.log.emit(Ev.FAILED, reason=str(exc))
         print(f"psbench[{name}]: {exc}", file=sys.stderr)
-        _exit(log, 3)
+        _exit(ctx.log, 3)
     except PeerFailed as exc:
         # a death this role does not repair (a worker seeing another worker die): an expected
         # end, recorded; ULFM tells the others, who end the same way or repair
-        log.emit(Ev.FAILED, reason=f"a peer died and {me.label} cannot go on without it ({exc})")
+        ctx.log.emit(Ev.FAILED, reason=f"a peer died and {ctx.cluster.me.label} cannot go on without it ({exc})")
         print(f"psbench[{name}]: a peer died: {exc}", file=sys.stderr)
-        _exit(log, 3)
+        _exit(ctx.log, 3)
     except Exception as exc:  # noqa: BLE001 - record, then take the job down instead of hanging peers
         from .transport import PeerTimeout
 
-        log.emit(Ev.FAILED, reason=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
+        ctx.log.emit(Ev.FAILED, reason=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
         print(f"psbench[{name}]: {type(exc).__name__}: {exc}", file=sys.stderr)
         if not isinstance(exc, PeerTimeout):
             traceback.print_exc()
@@ -115,7 +104,50 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             return 4
     final_barrier(ctx)
-    _exit(log, 0)
+    _exit(ctx.log, 0)
+
+
+def start_event(ctx, threads: int, **extra) -> None:
+    from mpi4py import MPI  # imported in main() after the config is read, as everywhere in this file
+
+    c = ctx.cluster
+    ctx.log.emit(Ev.START, role=c.me.label, pid=os.getpid(), rank=c.rank, size=c.world.Get_size(), threads=threads,
+                 generation=c.generation, device=str(ctx.device), host=MPI.Get_processor_name(), **extra)
+
+
+def run_role(ctx, worker_comm) -> None:
+    """Runs this process's role to its end (a spare that took no role has nothing left to run)."""
+    kind = ctx.cluster.me.kind
+    if kind == "ps":
+        from .consistency import make_server
+
+        make_server(ctx).run()
+    elif kind == "replica":
+        from .replica import Replica
+
+        Replica(ctx).run()
+    elif kind == "evaluator":
+        from .evaluator import Evaluator
+
+        Evaluator(ctx).run()
+    elif kind == "worker":
+        from .consistency import make_worker
+
+        make_worker(ctx, worker_comm).run()
+
+
+def promote(ctx, role, threads: int) -> str:
+    """A spare took ``role``: its events go on in the stream a spawned replacement of this
+    generation would write (``ps-gen1``), which the analysis reads as such; the spare's own
+    stream ends with the ``spare_taken`` event. Returns the new stream's name."""
+    name = f"{role.label}-gen{ctx.cluster.generation}"
+    spare = ctx.log.name
+    ctx.log.emit(Ev.SPARE_TAKEN, role=role.label, generation=ctx.cluster.generation, log=name)
+    emit_usage(ctx.log)
+    ctx.log.close()
+    ctx.log = EventLog(ctx.cfg.run_dir, name)
+    start_event(ctx, threads, spare=spare)
+    return name
 
 
 def bound_the_join(cfg, role: str) -> threading.Timer:

@@ -18,6 +18,7 @@ knows a field's position: the rest of psmodes reads ``msg.version``, never ``hdr
 | :class:`Ack` | tail -> head | ACK | none |
 | :class:`Control` | leader -> the other workers (sync) | CTRL | none (the weights follow in a broadcast when ``weights == RECEIVE``) |
 | :class:`Announce` | leader -> every survivor (broadcast) | - | none |
+| :class:`Retire` | leader -> each spare, at the run's end | SPARE | none |
 """
 from __future__ import annotations
 
@@ -177,7 +178,15 @@ class Announce(Message):
     action: int = ACTION_NONE
 
 
-MESSAGES = {cls.KIND: cls for cls in (Grad, Answer, Stop, Snapshot, State, Ack, Hello, Ready, Control, Announce)}
+@dataclass(frozen=True)
+class Retire(Message):
+    """The run is over at ``version``: a spare that took no role leaves."""
+    KIND: ClassVar[int] = 12
+    version: int = 0
+
+
+MESSAGES = {cls.KIND: cls for cls in (Grad, Answer, Stop, Snapshot, State, Ack, Hello, Ready, Control, Announce,
+                                      Retire)}
 
 
 def parse(hdr: np.ndarray, *expected: type[Message]) -> Message:

@@ -27,6 +27,7 @@ from . import transport as tp
 from .allreduce import Allreducer
 from .context import Context, no_repair
 from .pidfiles import write_pid_file
+from .spare import retire as retire_spares
 from .suspicion import Suspicion
 from .events import Ev
 from .flatparams import FlatParams, digest
@@ -207,6 +208,8 @@ class Worker:
                 self._join_repair()
                 break
         self._end_pending_repair()
+        if self.leader:
+            retire_spares(self.ctx, self.ctrl.version)
         log.emit(Ev.DONE, completed=self.ctrl.stop == DONE, version=self.ctrl.version,
                  digest=digest(self.flat.weights), slowest_answer_s=round(self.slowest_answer_s, 4))
         self.allreducer.close()

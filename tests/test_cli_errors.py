@@ -54,6 +54,8 @@ def assert_one_line_error(proc, *needles: str) -> None:
     (SYN + ["--slow-worker", "1"], "write W:FACTOR"),
     (SYN + ["--slow-worker", "1:0.5"], "FACTOR must be >= 1"),
     (SYN + ["--lr-staleness"], "needs --consistency async"),
+    (SYN + ["--spares", "1"], "--mode none does not repair the job"),
+    (SYN + ["--mode", "checkpoint", "--spares", "-1"], "--spares"),
 ])
 def test_bad_options(args, needle):
     assert_one_line_error(psbench("run", *args), needle)

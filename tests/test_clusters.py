@@ -79,8 +79,18 @@ def test_placement_slots_and_oversubscription():
     assert len(p.ranks) == 6 and {h for _, h in p.ranks} == {"a", "b"}
     with pytest.raises(ConfigError, match="--ps-host c is not one of the hosts"):
         H.place(roles, [H.Host("a", 8)], ps_host="c")
-    note = H.place(roles, [H.Host("a", 6)], spares=1).notes
+    note = H.place(roles, [H.Host("a", 6)], replacement_slots=1).notes
     assert any("respawn may fail" in n for n in note)
+
+
+def test_spares_go_to_hosts_other_than_the_ps():
+    roles = layout(2, 1, True, spares=2)  # ps, replica1, evaluator, worker0, worker1, spare0, spare1
+    p = H.place(roles, [H.Host("a", 3), H.Host("b", 2), H.Host("c", 2)])
+    where = dict(p.ranks)
+    assert where["ps"] == "a" and where["spare0"] != "a" and where["spare1"] != "a", p.ranks
+    assert [r for r, _ in p.ranks][-2:] == ["spare0", "spare1"]
+    crowded = H.place(roles, [H.Host("a", 5), H.Host("b", 2)])  # b is full with replica1 and a worker
+    assert dict(crowded.ranks)["spare1"] == "a" and any("spare" in n and "shares a host" in n for n in crowded.notes)
 
 
 def test_kill_routes_are_argument_lists():

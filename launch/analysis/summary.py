@@ -186,9 +186,7 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
         "restarts": [{"attempt": e["attempt"], "t_s": rel(e["t_restart"])} for e in restarts],
         # Open MPI failed before any rank started, for a reason that a new start cures (launch/driver/mpirun.py)
         "start_failures": [{"attempt": e["attempt"], "reason": e["reason"]} for e in by("start_failed")],
-        "usage": {e["who"]: {"cpu_s": e["cpu_s"], "wall_s": e["wall_s"], "maxrss_mb": e["maxrss_mb"],
-                             "cpu_frac": round(e["cpu_s"] / e["wall_s"], 3) if e["wall_s"] else None}
-                  for e in by("usage")},
+        "usage": usage(by("usage"), by("spare_waited")),
         # the longest a live PS took to answer a worker: what --suspect-after must stay above
         "slowest_answer_s": max((e["slowest_answer_s"] for e in by("done") if "slowest_answer_s" in e), default=None),
         "ps_timing": next(({k: v for k, v in e.items() if k not in ("t", "ev")} for e in by("ps_timing")), None),
@@ -231,6 +229,18 @@ def replay_taken(replay: dict, replays: list[dict], handovers: list[dict]) -> bo
     later = [r["t"] for r in replays if r["t"] > replay["t"]]
     until = min(later) if later else float("inf")
     return any(replay["t"] <= h["t"] < until for h in handovers)
+
+
+def usage(ends: list[dict], waits: list[dict]) -> dict:
+    """Per process: CPU and wall seconds, their ratio, peak RSS; a spare's wait for a role also
+    on its own (``wait_s``, ``wait_cpu_frac``), which a spare that spun would show near 1.0."""
+    out = {e["who"]: {"cpu_s": e["cpu_s"], "wall_s": e["wall_s"], "maxrss_mb": e["maxrss_mb"],
+                      "cpu_frac": round(e["cpu_s"] / e["wall_s"], 3) if e["wall_s"] else None} for e in ends}
+    for w in waits:
+        if w["who"] in out:
+            out[w["who"]].update(wait_s=w["wait_s"],
+                                 wait_cpu_frac=round(w["cpu_s"] / w["wait_s"], 3) if w["wait_s"] else None)
+    return out
 
 
 def job_restart_recovery(events: list[dict], cfg: RunConfig, i: int, kind: str, tk: float, t_next: float,

@@ -17,6 +17,8 @@ Placement (:func:`place`) is a pure function of the roles and the hosts:
   so that losing one host never takes out the whole chain (with one host
   there is no choice, and the table says so);
 - the workers and then the evaluator fill the free slots, host by host;
+- the spares (``--spares``) go to hosts other than the PS's where one has a
+  free slot, in turn, so that a spare outlives the loss of the PS's host;
 - more ranks than slots is an error unless oversubscription is allowed, in
   which case the extra ranks go to the least loaded hosts.
 
@@ -210,7 +212,7 @@ class Placement:
 
 
 def place(roles: list, hosts: list[Host], ps_host: str | None = None, oversubscribe: bool = False,
-          spares: int = 0) -> Placement:
+          replacement_slots: int = 0) -> Placement:
     """Role of each rank -> host; see the module docstring. ``roles`` are psmodes.roles.Role."""
     labels = [r.label for r in roles]
     if not hosts:
@@ -252,10 +254,16 @@ def place(roles: list, hosts: list[Host], ps_host: str | None = None, oversubscr
     for i in rest:
         open_hosts = [n for n in names if free(n) > 0]
         put(i, open_hosts[0] if open_hosts else min(names, key=lambda n: load[n] / slots[n]))
-    spare = total - len(roles)
-    if spares and spare < spares and not oversubscribe:
-        notes.append(f"{spare} free slot(s) for {spares} replacement(s): a respawn may fail with "
-                     "'All nodes which are allocated for this job are already filled'")
+    spares = [i for i, r in enumerate(roles) if r.kind == "spare"]
+    for k, i in enumerate(spares):
+        pool = [n for n in others if free(n) > 0] or [n for n in names if free(n) > 0]
+        if others and not any(free(n) > 0 for n in others):
+            notes.append(f"{roles[i].label} shares a host with the PS: no other host has a free slot")
+        put(i, pool[k % len(pool)] if pool else min(names, key=lambda n: load[n] / slots[n]))
+    left = total - len(roles)
+    if replacement_slots and left < replacement_slots and not oversubscribe:
+        notes.append(f"{left} free slot(s) for {replacement_slots} spawned replacement(s): a respawn may fail "
+                     "with 'All nodes which are allocated for this job are already filled'")
     return Placement([(labels[i], chosen[i]) for i in range(len(roles))], list(hosts), notes)
 
 
@@ -269,15 +277,15 @@ def _own_names() -> frozenset:
     return frozenset({socket.gethostname(), socket.getfqdn()})
 
 
-def spares_needed(cfg) -> int:
-    """Slots a run may need for replacements: one per scheduled kill when the job repairs itself
-    (a dead rank's slot is not given back; a whole-job restart needs none)."""
+def replacement_slots(cfg) -> int:
+    """Slots a run may need for spawned replacements: one per scheduled kill that no spare covers,
+    when the job repairs itself (a dead rank's slot is not given back; a whole-job restart needs none)."""
     if cfg.dies_with_ps:
         return 0
-    return replacements(cfg)
+    return max(0, replacements(cfg) - cfg.spares)
 
 
 def placement_of(cfg) -> Placement:
-    """The placement of a RunConfig's ranks on its hosts."""
-    return place(layout(cfg.workers, cfg.n_replicas, cfg.evaluator), from_specs(cfg.hosts), cfg.ps_host,
-                 cfg.oversubscribe, spares_needed(cfg))
+    """The placement of a RunConfig's ranks (its spares too) on its hosts."""
+    return place(layout(cfg.workers, cfg.n_replicas, cfg.evaluator, cfg.spares), from_specs(cfg.hosts), cfg.ps_host,
+                 cfg.oversubscribe, replacement_slots(cfg))

@@ -21,7 +21,7 @@ from psmodes.config import RunConfig
 from psmodes.pidfiles import alive
 
 from ..analysis.machine import find_mpirun, venv_bin
-from .hosts import from_specs, is_local, spares_needed
+from .hosts import from_specs, is_local, replacement_slots
 
 ROOT_ENV = {
     "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
@@ -71,7 +71,7 @@ def horovodrun_command(cfg: RunConfig) -> list[str]:
     if cfg.hosts:
         hosts = ",".join(h.spec() for h in from_specs(cfg.hosts))
     else:  # a slot for each rank and for each replacement the run may spawn
-        hosts = f"localhost:{cfg.n_ranks + spares_needed(cfg)}"
+        hosts = f"localhost:{cfg.n_ranks + replacement_slots(cfg)}"
     binding = ["--bind-to", "none"]
     if cfg.hosts:
         binding += mapping_args(cfg)[2:4]  # the --map-by seq placement

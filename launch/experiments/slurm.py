@@ -30,7 +30,7 @@ from pathlib import Path
 
 from psmodes.config import ConfigError
 
-from ..driver.hosts import spares_needed
+from ..driver.hosts import replacement_slots
 from ..driver.options import OneLineParser, config_from_args, run_parser
 from . import sweep as sw
 
@@ -49,7 +49,8 @@ def parse_time(text: str) -> str:
 def add_slurm_options(p: argparse.ArgumentParser) -> None:
     s = p.add_argument_group("slurm")
     s.add_argument("--nodes", type=int, default=1, help="nodes of the allocation")
-    s.add_argument("--tasks-per-node", type=int, help="MPI slots per node (default: the ranks plus spares)")
+    s.add_argument("--tasks-per-node", type=int, help="MPI slots per node (default: the ranks, --spares among "
+                   "them, plus a slot per replacement that may be spawned)")
     s.add_argument("--gpus-per-node", type=int, default=0, help="GPUs per node (one per local rank with --device cuda)")
     s.add_argument("--time", default="00:30:00", help="wall-clock limit, HH:MM:SS")
     s.add_argument("--partition", help="Slurm partition")
@@ -70,14 +71,15 @@ class Resources:
     account: str | None
 
 
-def resources(a: argparse.Namespace, ranks: int, spares: int) -> tuple[Resources, list[str]]:
-    """The allocation (validated) and notes for the script."""
+def resources(a: argparse.Namespace, ranks: int, spawns: int) -> tuple[Resources, list[str]]:
+    """The allocation (validated) and notes for the script: ``ranks`` (the spares of --spares
+    among them) and a slot for each replacement that may be spawned."""
     if isinstance(a.nodes, bool) or a.nodes < 1:
         raise ConfigError(f"--nodes must be a positive integer, got {a.nodes}")
     if a.gpus_per_node < 0:
         raise ConfigError(f"--gpus-per-node must be >= 0, got {a.gpus_per_node}")
     time_limit = parse_time(a.time)
-    per_node = a.tasks_per_node if a.tasks_per_node is not None else math.ceil((ranks + spares) / a.nodes)
+    per_node = a.tasks_per_node if a.tasks_per_node is not None else math.ceil((ranks + spawns) / a.nodes)
     if per_node < 1:
         raise ConfigError(f"--tasks-per-node must be a positive integer, got {per_node}")
     slots = per_node * a.nodes
@@ -85,10 +87,10 @@ def resources(a: argparse.Namespace, ranks: int, spares: int) -> tuple[Resources
         raise ConfigError(f"the run has {ranks} ranks but --nodes {a.nodes} --tasks-per-node {per_node} "
                           f"gives {slots} task slots")
     notes = [f"{ranks} ranks in {slots} task slots ({a.nodes} node(s) x {per_node})"]
-    if slots - ranks < spares:
-        notes.append(f"WARNING: {spares} replacement(s) may be spawned but only {slots - ranks} slot(s) are spare; "
+    if slots - ranks < spawns:
+        notes.append(f"WARNING: {spawns} replacement(s) may be spawned but only {slots - ranks} slot(s) are free; "
                      "a respawn fails when the allocation is full")
-    elif spares:
+    elif spawns:
         notes.append(f"{slots - ranks} spare slot(s) for replacements (a dead rank's slot is not given back)")
     return Resources(a.nodes, per_node, a.gpus_per_node, time_limit, a.partition, a.account), notes
 
@@ -195,7 +197,7 @@ def _run(a, rest: list[str], argv: list[str]) -> int:
     if ra.dry_run:
         raise ConfigError("--dry-run belongs to psbench run; psbench slurm only writes the script")
     cfg = config_from_args(ra)
-    res, notes = resources(a, cfg.n_ranks, spares_needed(cfg))
+    res, notes = resources(a, cfg.n_ranks, replacement_slots(cfg))
     name = a.job_name or f"psbench-{cfg.benchmark}-{cfg.mode}"
     logs = Path("runs/slurm").resolve()
     logs.mkdir(parents=True, exist_ok=True)  # Slurm cannot open an --output in a missing folder
@@ -224,8 +226,8 @@ def _sweep(a, file: str, rest: list[str], argv: list[str]) -> int:
         raise ConfigError("--dry-run belongs to psbench sweep; psbench slurm only writes the script")
     plan = sw.load_from_args(sa)
     ranks = max(r.config.n_ranks for r in plan.runs)
-    spares = max(spares_needed(r.config) for r in plan.runs)
-    res, notes = resources(a, ranks, spares)
+    spawns = max(replacement_slots(r.config) for r in plan.runs)
+    res, notes = resources(a, ranks, spawns)
     name = a.job_name or f"psbench-{plan.name}"
     logs = Path("runs/slurm").resolve()
     logs.mkdir(parents=True, exist_ok=True)  # Slurm cannot open an --output in a missing folder
