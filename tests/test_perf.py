@@ -87,6 +87,8 @@ def test_quick_perf_measures_every_section(tmp_path):
         assert f["kills"] == (1 if f["kind"] == "kill" else 0), f
         assert f["recoveries"] and f["recoveries"][0]["recovery_s"] > 0, f
     (hang,) = [f for f in results["failures"] if f["kind"] == "hang"]  # quick: checkpoint only
+    (spare,) = [f for f in results["failures"] if f["repair"] == "spare"]  # quick: checkpoint only
+    assert spare["mode"] == "checkpoint" and spare["usage"]["spare0"]["wait_s"] > 0, spare
     assert 2.9 <= hang["detections"][0] <= 3.0 + 0.5, hang  # the suspicion, at --suspect-after
     assert [s["params"] for s in results["scaling"]] == [200_000, 2_000_000]
     assert all(s["ps_timing"]["recv_s"] > 0 and s["checkpoint_write_s"] > 0 for s in results["scaling"])
@@ -101,6 +103,7 @@ def test_quick_perf_measures_every_section(tmp_path):
         assert heading in text
     assert "PS overhead (none / Horovod)" in text and "Quick mode" in text
     assert "hung PS: detection p50" in text and "hang (SIGSTOP, fenced)" in text
+    assert "checkpoint recovery p50 with a spare" in text and "waiting spare" in text
     assert (report / "throughput.png").stat().st_size > 0 and (report / "scaling.png").stat().st_size > 0
     # the report renders again from perf.json alone
     again = subprocess.run(PSBENCH + ["perf", "--from", str(runs), "--out", str(tmp_path / "again")],

@@ -36,6 +36,8 @@ IDLE_MARGIN = 0.5
 MiB = 1 << 20
 BATCH = WORKLOADS["fmnist-cnn"].batch_size  # the throughput runs' workload, at its default batch
 SPIN_LIMIT = 0.9  # CPU / wall of a rank that mostly waits; a busy-polling one is at about 1.0
+SPARE_RECOVERY_P50 = 0.3  # s, kill to the first update of a spare that took the PS's place (issue: spawned 3.9 s)
+SPARE_SPIN_LIMIT = 0.05  # CPU / wall of a spare while it waits
 
 
 def _med(xs) -> float | None:
@@ -115,18 +117,26 @@ def scaling_rows(results: dict) -> list[dict]:
 
 
 def failure_figures(results: dict) -> dict:
-    """The failure runs' figures: ``by_mode`` (the SIGKILL runs, one per mode), ``by_run`` ((mode,
-    kind) -> figures) and ``by_kind`` (kind -> every run's figures together); ``detections``: the
-    SIGKILLs' detection latencies. A perf.json from before fault kinds has only SIGKILL runs."""
-    out: dict = {"detections": [], "by_mode": {}, "by_run": {}, "by_kind": {}}
+    """The failure runs' figures: ``by_mode`` (the SIGKILL runs with spawned replacements, one per
+    mode), ``by_run`` ((mode, kind, repair) -> figures), ``by_kind`` (kind -> every spawn run's figures
+    together) and ``spares`` (mode -> the SIGKILL run whose repairs took spares); ``detections``: the
+    SIGKILLs' detection latencies. A perf.json from before fault kinds has only SIGKILL runs, one from
+    before spares only spawns."""
+    out: dict = {"detections": [], "by_mode": {}, "by_run": {}, "by_kind": {}, "spares": {}}
     for f in results.get("failures", []):
         recs = f.get("recoveries") or []
         kind = f.get("kind", "kill")
+        repair = f.get("repair", "spawn")
         figures = {"kills": f.get("kills"), "faults": f.get("faults", f.get("kills")), "completed": f.get("completed"),
                    "exit_reason": f.get("exit_reason"), "detections": f.get("detections") or [],
                    "recovery": [r["recovery_s"] for r in recs], "idle": [r["idle_s"] for r in recs],
                    "lost": [r["lost_steps"] for r in recs], "unplanned": f.get("unplanned", 0)}
-        out["by_run"][(f["mode"], kind)] = figures
+        figures["spare_wait_cpu"] = [u["wait_cpu_frac"] for who, u in (f.get("usage") or {}).items()
+                                     if who.startswith("spare") and u.get("wait_cpu_frac") is not None]
+        out["by_run"][(f["mode"], kind, repair)] = figures
+        if repair == "spare":
+            out["spares"][f["mode"]] = figures
+            continue
         total = out["by_kind"].setdefault(kind, {k: [] if isinstance(v, list) else 0 for k, v in figures.items()})
         for k, v in figures.items():  # lists are joined, counts added; flags and reasons are per run
             if isinstance(v, list) or (isinstance(v, (int, float)) and not isinstance(v, bool)):
@@ -190,6 +200,17 @@ def targets(results: dict) -> list[dict]:
     bound = st_det + IDLE_MARGIN if st_det is not None else None
     rows.append(_verdict("stateless worker idle p50 (s)", f"<= detection p50 + {IDLE_MARGIN}"
                          + (f" = {bound:.3f}" if bound is not None else ""), _med(st.get("idle", [])), bound, higher=False))
+    for mode in ("checkpoint", "stateless"):
+        if mode in fails["spares"]:
+            rows.append(_verdict(f"{mode} recovery p50 with a spare (s)", f"<= {SPARE_RECOVERY_P50}",
+                                 _med(fails["spares"][mode]["recovery"]), SPARE_RECOVERY_P50, higher=False,
+                                 why="kill to the first update the spare applied as the PS; spawned: "
+                                     f"{_fmt(_med(fails['by_mode'].get(mode, {}).get('recovery', [])))} s"))
+    spare_cpu = [x for d in fails["spares"].values() for x in d["spare_wait_cpu"]]
+    if spare_cpu:
+        rows.append(_verdict("no spinning: highest CPU / wall of a waiting spare", f"< {SPARE_SPIN_LIMIT}",
+                             max(spare_cpu), SPARE_SPIN_LIMIT, higher=False,
+                             why="while it waited for a role, over every failure run with spares"))
     waiting = [(r["variant"], who, u["cpu_s"] / u["wall_s"]) for r in results.get("throughput", [])
                for who, u in (r.get("usage") or {}).items()
                if (who.startswith("ps") or who.startswith("replica")) and u.get("wall_s")]
@@ -347,6 +368,7 @@ def _throughput_section(results: dict, plots: list[str]) -> list[str]:
     return out
 
 
+REPAIR_NAMES = {"spawn": "spawned", "spare": "spare"}
 KIND_NAMES = {"kill": "SIGKILL", "hang": "hang (SIGSTOP, fenced)", "slow": "slow phase", "outside": "kill from outside"}
 
 
@@ -359,8 +381,8 @@ def _failure_row(d: dict) -> dict:
 
 def _failure_section(results: dict) -> list[str]:
     f = failure_figures(results)
-    rows = [{"mode": mode, "fault": KIND_NAMES.get(kind, kind), **_failure_row(d), "completed": d["completed"]}
-            for (mode, kind), d in f["by_run"].items()]
+    rows = [{"mode": mode, "fault": KIND_NAMES.get(kind, kind), "replacement": REPAIR_NAMES[repair], **_failure_row(d),
+             "completed": d["completed"]} for (mode, kind, repair), d in f["by_run"].items()]
     kinds = [{"fault": KIND_NAMES.get(kind, kind), **_failure_row(d), "lost steps": max(d["lost"], default="-"),
               "unplanned recorded": d["unplanned"]} for kind, d in f["by_kind"].items()]
     return ["## Failure costs", "",
@@ -372,7 +394,10 @@ def _failure_section(results: dict) -> list[str]:
             "nothing to detect); a SIGKILL sent from outside psbench (an unplanned failure the run finds itself). "
             "Detection: fault to the first rank that noticed (a hang: its suspicion; a kill from outside: from the "
             "PS's last recorded event, an upper bound); recovery: fault to the first applied step after it (chain: on "
-            "the promoted head); idle: the workers' seconds without computing.", "", _table(rows), "",
+            "the promoted head); idle: the workers' seconds without computing. Replacement: a process the "
+            "survivors spawn (`MPI_Comm_spawn`: a new Python, torch, the model), or a spare (`--spares`, one per "
+            "fault: a rank started with the job, warm, that takes the missing role; chain's spare becomes the new "
+            "tail).", "", _table(rows), "",
             "Per kind, every mode together (lost steps: the most in one recovery):", "", _table(kinds), "",
             f"All SIGKILLs together: detection p50 / p95 {_pair(f['detections'])} s over {len(f['detections'])} kills.",
             ""]
@@ -436,7 +461,8 @@ def _memory_section(results: dict) -> list[str]:
 def _cpu_section(results: dict) -> list[str]:
     rows = []
     for group, runs in _group(results.get("throughput", []) + [
-            {"variant": f"failures: {f['mode']}", "usage": f.get("usage")} for f in results.get("failures", [])]).items():
+            {"variant": f"failures: {f['mode']}" + (" with spares" if f.get("repair") == "spare" else ""),
+             "usage": f.get("usage")} for f in results.get("failures", [])]).items():
         roles = sorted({k for r in runs for k in (r.get("usage") or {})}, key=_role_order)
         for role in roles:
             us = [(r.get("usage") or {}).get(role) or {} for r in runs]

@@ -74,6 +74,8 @@ QUICK_VARIANTS = ("none", "checkpoint K=10", "chain K=1 R=1", "stateless")
 FAILURE_MODES = {"checkpoint": {}, "chain": {"replicas": 2}, "stateless": {},  # mode -> its options
                  "hybrid": {"replicas": 2, "replicate_every": 100}}
 FAILURE_KINDS = ("kill", "hang", "slow", "outside")  # psbench chaos's kinds; outside: an unplanned SIGKILL
+# how the survivors fill the PS's place, per kind: a spawned replacement, or a spare (--spares) too
+REPAIRS = {"kill": ("spawn", "spare"), "hang": ("spawn",), "slow": ("spawn",), "outside": ("spawn",)}
 SLOW_S = 3.0  # each slow phase of the failure runs, at the default --slow-factor
 MEMORY_POLICIES = ("paper", "mean", "sequential", "staleness")
 SECTIONS = ("throughput", "failures", "scaling", "memory")
@@ -274,14 +276,16 @@ class Perf:
             # measured here is a hung PS that was answering, so each hang comes after the previous one's cold start
             gap = p.kill_gap_s + (COLD_START_S + RunConfig().suspect_after_s if kind == "hang" else 0.0)
             times = [round(5 + i * gap, 1) for i in range(p.kills)]
-            for mode, extra in FAILURE_MODES.items():
-                if p.quick and kind != "kill" and mode != "checkpoint":
+            for (mode, extra), repair in [(m, r) for m in FAILURE_MODES.items() for r in REPAIRS[kind]]:
+                if p.quick and (kind != "kill" or repair == "spare") and mode != "checkpoint":
                     continue
                 scheduled = {"kill": {"kill_ps": [f"{t}s" for t in times]}, "hang": {"hang_ps": [f"{t}s" for t in times]},
                              "slow": {"slow_ps": [f"{t}s~{SLOW_S:g}s" for t in times]}, "outside": {}}[kind]
+                # a spare per fault: each repair takes one (no spare is spawned again meanwhile)
+                spares = p.kills if repair == "spare" else 0
                 cfg = self.base(mode=mode, seed=0, duration_s=times[-1] + p.kill_gap_s, restart_delay_s=0.0,
-                                **scheduled, **extra)
-                name = f"failures-{mode}" + ("" if kind == "kill" else f"-{kind}")
+                                spares=spares, **scheduled, **extra)
+                name = f"failures-{mode}" + ("" if kind == "kill" else f"-{kind}") + ("-spares" if spares else "")
                 killer = OutsideKiller(self.runs / name, times if kind == "outside" else [], cfg.resolved_deadline())
                 if kind == "outside":
                     killer.start()
@@ -290,7 +294,7 @@ class Perf:
                 finally:
                     killer.stop.set()
                 self.results["failures"].append({
-                    "mode": mode, "kind": kind, "completed": s.get("completed"), "exit_reason": s.get("exit_reason"),
+                    "mode": mode, "kind": kind, "repair": repair, "completed": s.get("completed"), "exit_reason": s.get("exit_reason"),
                     "kills": len(s.get("kills") or []), "faults": len(s.get("faults") or []),
                     "detections": [d["latency_s"] for d in s.get("detections") or []],
                     "recoveries": s.get("recoveries") or [], "usage": s.get("usage"),
