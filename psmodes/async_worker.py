@@ -180,7 +180,7 @@ class AsyncWorker(Worker):
         t = time.perf_counter()
         ctx.after_failure(exc, via=f"worker{self.index}")
         self._add_idle(time.perf_counter() - t)
-        if ctx.cluster.roles[0].kind == "ps":  # a promoted chain head, or the PS survived a replica's death
+        if ctx.cluster.ps is not None:  # a promoted chain head, or the PS survived a replica's death
             self._hello()
 
     def _outage_step(self, compute_s: float) -> None:

@@ -12,9 +12,11 @@ Repair is two collective steps, both taken by every survivor:
    ``MPI_Comm_spawn`` starts real new processes for the roles no spare is left
    for (a cold start). ``MPI_Comm_create_from_group`` makes the new world of
    survivors and replacements, ranked in the canonical layout of
-   :mod:`psmodes.roles`. A repair that spares cover needs no spawn at all: no
-   new Python, no torch import, and none of Open MPI 5.0.11's failures inside
-   a spawn (see :func:`join` and psmodes.context.Context.respawn).
+   :mod:`psmodes.roles`. A repair that spares cover needs no spawn and no new
+   communicator at all: the spares take the roles in place, at their ranks (so
+   the PS is not always rank 0: :attr:`Cluster.ps`). No new Python, no torch
+   import, and none of Open MPI 5.0.11's failures in a spawn or in making a
+   communicator (see :func:`join` and psmodes.context.Context.respawn).
 """
 from __future__ import annotations
 
@@ -47,8 +49,10 @@ class Cluster:
         return self.world.Get_rank()
 
     @property
-    def ps(self) -> int:
-        return 0
+    def ps(self) -> int | None:
+        """The PS's rank; None between its death and the repair (chain: never, a replica heads at once).
+        Rank 0 after a shrink or a spawn, any rank once a spare took the role in place."""
+        return self.rank_of("ps")
 
     @property
     def leader(self) -> int:
@@ -60,8 +64,20 @@ class Cluster:
 
     @property
     def replicas(self) -> list[int]:
-        """Ranks of the replicas in chain order."""
-        return [r for r, role in enumerate(self.roles) if role.kind == "replica"]
+        """Ranks of the replicas in chain order (by index: a spare that became the tail keeps its rank)."""
+        return sorted((r for r, role in enumerate(self.roles) if role.kind == "replica"),
+                      key=lambda r: self.roles[r].index)
+
+    def successor(self) -> int | None:
+        """The next rank down the chain from this one (the PS: the first replica), None at the tail."""
+        chain = ([self.ps] if self.ps is not None else []) + self.replicas
+        here = chain.index(self.rank) if self.rank in chain else None
+        return chain[here + 1] if here is not None and here + 1 < len(chain) else None
+
+    @property
+    def spawn_root(self) -> int:
+        """The root of the survivors' spawn: the PS when there is one (kill points ``spawn``, ``in_spawn``)."""
+        return self.ps if self.ps is not None else 0
 
     # ---- repair
     def shrink(self) -> list[Role]:
@@ -108,20 +124,26 @@ class Cluster:
         once the spawn returned (the ``in_spawn`` kill point)."""
         self.generation += 1
         roles, taken, missing = fill_from_spares(self.roles, missing)
-        if missing:
+        if not missing:
+            # the spares took every missing role: each survivor relabels the same world the same way
+            # (a pure function of the roles the shrink agreed on); no communicator is made. Making one
+            # (MPI_Comm_create_from_group) right after a death crashed Open MPI 5.0.11 (SIGSEGV in
+            # ompi_comm_revoke_local, every member) or never returned (a second repair whose dead
+            # member had joined the previous group), both in psbench perf
+            self.roles = roles
+        else:
             args = [["-m", "psmodes.main", "--run-dir", run_dir, "--role", r.spec, "--generation",
                      str(self.generation), "--parents", ",".join(p.spec for p in roles),
                      "--spawned", ",".join(m.spec for m in missing)] for r in missing]
             try:
-                inter = self.world.Spawn_multiple([sys.executable] * len(missing), args, [1] * len(missing), root=0)
+                inter = self.world.Spawn_multiple([sys.executable] * len(missing), args, [1] * len(missing),
+                                                  root=self.spawn_root)
             except MPI.Exception as exc:
                 raise self._spawn_error(exc) from None
             if spawned is not None:
                 spawned()
             self.world, self.roles = join(inter.Get_group(), roles, inter.Get_remote_group(), missing,
                                           self.generation)
-        elif taken:
-            self.world, self.roles = make_world(self.world.Get_group(), roles, self.generation)
         self.me = self.roles[self.world.Get_rank()]
         return taken, missing
 
@@ -158,14 +180,9 @@ def join(parents: MPI.Group, parent_roles: list[Role], spawned: MPI.Group, spawn
     "NBC_Progress: an error 75", printed millions of times), and a later spawn queued
     behind it. Creating the communicator from a group agrees through PMIx instead and
     fails at once (MPI_ERR_UNSUPPORTED_OPERATION) when a member is dead."""
-    return make_world(MPI.Group.Union(parents, spawned), parent_roles + spawned_roles, generation)
-
-
-def make_world(members: MPI.Group, roles: list[Role], generation: int) -> tuple[MPI.Intracomm, list[Role]]:
-    """The world of ``members`` (``roles[i]`` is the role of the group's rank i), ranked in
-    canonical order; collective over the members (see :func:`join` for why this call)."""
+    roles = parent_roles + spawned_roles
     order = sorted(range(len(roles)), key=lambda i: sort_key(roles[i]))
-    group = members.Incl(order)
+    group = MPI.Group.Union(parents, spawned).Incl(order)
     try:
         world = MPI.Intracomm.Create_from_group(group, f"psbench.world.{generation}")
     except MPI.Exception as exc:
@@ -176,21 +193,14 @@ def make_world(members: MPI.Group, roles: list[Role], generation: int) -> tuple[
 
 
 def _promote(roles: list[Role]) -> list[Role]:
-    """After a death: the first replica becomes the head if the PS died, and the
-    replicas are renumbered 1..k in chain order."""
-    out: list[Role] = []
-    has_ps = any(r.kind == "ps" for r in roles)
-    next_replica = 1
-    for role in roles:
-        if role.kind == "replica":
-            if not has_ps:
-                out.append(Role("ps"))
-                has_ps = True
-                continue
-            out.append(Role("replica", next_replica))
-            next_replica += 1
-        else:
-            out.append(role)
+    """After a death: the first replica in chain order becomes the head if the PS died, and the
+    replicas are renumbered 1..k in chain order (by index, not by rank: see Cluster.replicas)."""
+    out = list(roles)
+    chain = sorted((r for r, role in enumerate(roles) if role.kind == "replica"), key=lambda r: roles[r].index)
+    if chain and not any(r.kind == "ps" for r in roles):
+        out[chain.pop(0)] = Role("ps")
+    for n, r in enumerate(chain, start=1):
+        out[r] = Role("replica", n)
     return out
 
 

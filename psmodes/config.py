@@ -307,6 +307,9 @@ class RunConfig:
                                      metavar="AT[,AT...]")
     kill_worker: list[str] = option([], "--kill-worker", "SIGKILL the last worker (the worker group is fixed: the "
                                     "run ends cleanly)", group="faults", metavar="AT")
+    kill_node: list[str] = option([], "--kill-node", "lose the PS's host at AT: SIGKILL every rank there at once "
+                                  "(PS, replicas, evaluator, spares; workers there end the run) and that host's "
+                                  "Open MPI daemon", group="faults", metavar="AT[,AT...]")
     hang_ps: list[str] = option([], "--hang-ps", "SIGSTOP the PS at AT (a hung server); ~DUR: SIGCONT it DUR later "
                                 "(a pause that ends), e.g. 30%%~2s", group="faults", metavar="AT[~DUR][,...]")
     hang_replica: list[str] = option([], "--hang-replica", "chain, hybrid: SIGSTOP the tail replica, like --hang-ps",
@@ -409,7 +412,7 @@ class RunConfig:
         if self.deadline_s:
             return self.deadline_s
         base = self.duration_s if self.duration_s else max(60.0, (self.steps or 0) * 0.2)
-        faults = sum(len(v) for v in (self.kill_ps, self.kill_replica, self.kill_worker, self.hang_ps,
+        faults = sum(len(v) for v in (self.kill_ps, self.kill_node, self.kill_replica, self.kill_worker, self.hang_ps,
                                       self.hang_replica, self.slow_ps, self.partition_ps))
         return base * 2 + 120 + faults * (self.restart_delay_s + 30)
 

@@ -87,10 +87,9 @@ class Replica:
         ctx = self.ctx
         while True:
             c = ctx.cluster
-            pred = c.rank - 1
-            msg, _ = tp.recv(c.world, MPI.ANY_SOURCE, tp.TAG_CHAIN, ctx.outage_timeout, "replica waits for state",
+            msg, pred = tp.recv(c.world, MPI.ANY_SOURCE, tp.TAG_CHAIN, ctx.outage_timeout, "replica waits for state",
                              State, Stop, on_idle=ctx.idle)
-            succ = c.rank + 1 if c.rank + 1 < len(c.roles) and c.roles[c.rank + 1].kind == "replica" else None
+            succ = c.successor()
             if isinstance(msg, Stop):
                 if succ is not None:
                     tp.send(c.world, msg, None, succ, tp.TAG_CHAIN, ctx.peer_timeout, "forward stop",
@@ -107,7 +106,7 @@ class Replica:
             if succ is not None:
                 reqs = tp.isend(c.world, msg, self.incoming.numpy(), succ, tp.TAG_CHAIN)
             elif msg.ack:
-                reqs = tp.isend(c.world, Ack(version), None, 0, tp.TAG_ACK)
+                reqs = tp.isend(c.world, Ack(version), None, c.ps, tp.TAG_ACK)
             else:
                 reqs = []
             if self.version >= 0:

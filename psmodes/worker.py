@@ -345,7 +345,7 @@ class Worker:
         if self.repair_thread is not None:  # still spawning; _lead picks it up when done
             self._set_ctrl(self.local_opt is not None)
             return
-        if c.roles[0].kind != "ps":
+        if c.ps is None:
             self._set_ctrl(False)
             return
         if self.mode.trains_through_outage and self.mode.handover(self) is not None:

@@ -30,6 +30,10 @@ def test_plan_is_reproducible_and_valid(tmp_path):
     assert key(a) == key(b) and key(a) != key(c)
     assert len(a) == 15 and all(t.cfg.kill_ps or t.cfg.kill_replica or t.cfg.hang_ps or t.cfg.slow_ps or t.outside
                                 for t in a)
+    assert len({t.cfg.spares for t in a}) > 1 and {t.cfg.spares for t in a} <= {0, 1, 2}
+    assert {t.cfg.spares for t in plan_trials(_args(seed=4, out=tmp_path / "e", spares=0))} == {0}
+    # the spares are drawn last: the faults of a seed are those it drew before spares existed
+    assert key(plan_trials(_args(seed=4, out=tmp_path / "f", spares=0))) == key(a)
     only = plan_trials(_args(seed=4, out=tmp_path / "d", kinds="pause"))
     assert all(not t.cfg.kill_ps or t.cfg.kill_ps[-1].startswith("+") for t in only)
     assert any("~" in h for t in only for h in t.cfg.hang_ps)
@@ -133,6 +137,8 @@ def test_chaos_refuses_bad_input_before_starting(tmp_path):
     proc = psbench("chaos", "--mode", "chain", "--trials", "2", "--consistency", "eventual", "--out", str(tmp_path / "c"))
     assert proc.returncode == 2 and "unknown consistency" in proc.stderr
     assert not (tmp_path / "c").exists()
+    proc = psbench("chaos", "--mode", "chain", "--spares", "one", "--out", str(tmp_path / "c"))
+    assert proc.returncode == 2 and "--spares 'one'" in proc.stderr and not (tmp_path / "c").exists()
 
 
 def test_chaos_short_real_trials(tmp_path):
@@ -141,7 +147,7 @@ def test_chaos_short_real_trials(tmp_path):
     proc = psbench("chaos", "--mode", "checkpoint,chain,stateless", "--trials", "2", "--seed", "11",
                    "--duration", "6s", "--out", str(out), timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "invariant violations" in proc.stdout and "slowest recovery" in proc.stdout
+    assert "invariant violations" in proc.stdout and "slowest recovery" in proc.stdout and "Open MPI crash" in proc.stdout
     trials = json.loads((out / "chaos.json").read_text())["trials"]
     assert len(trials) == 6 and all(not t["violations"] for t in trials)
 

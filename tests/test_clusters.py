@@ -183,10 +183,14 @@ def test_slurm_script_for_a_run(tmp_path):
     for line in ("#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=5", "#SBATCH --time=00:05:00",
                  "#SBATCH --partition=debug", "#SBATCH --account=proj", "#SBATCH --gpus-per-node=2"):
         assert line in text, text
-    assert "1 spare slot(s) for replacements" in text  # 4 ranks + 1 for the replacement PS
+    assert "1 free slot(s) for spawned replacements" in text  # 4 ranks + 1 for the replacement PS
     run_line = text.strip().splitlines()[-1]
     assert " run --benchmark synthetic --mode checkpoint" in run_line and '--out "$OUT"' in run_line
     assert f"submit it with: sbatch {script}" in proc.stdout
+    # two spares cover both kills: the allocation holds them and needs no slot for a spawn
+    proc = psbench("slurm", "--benchmark", "synthetic", "--mode", "checkpoint", "--duration", "20s", "--spares", "2",
+                   "--kill-ps", "5s,10s", "--nodes", "1", "--time", "00:05:00", "--script", str(script))
+    assert proc.returncode == 0 and "#SBATCH --ntasks-per-node=6" in script.read_text(), proc.stderr
 
 
 def test_slurm_job_array_for_a_sweep(tmp_path):

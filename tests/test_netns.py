@@ -87,3 +87,24 @@ def test_a_partition_of_the_ps_host_is_fenced_after_it_heals_and_the_replica_tak
     old, new = s["ps_heads"]
     assert old["who"] == "ps" and new["who"] == "replica1" and old["last_s"] < new["first_s"], s["ps_heads"]
     assert new["first_s"] >= cut["fenced_s"] - 0.05  # the replica took over only once the head was fenced
+
+
+@pytest.mark.slow
+def test_the_ps_host_is_lost_and_a_spare_on_the_other_host_takes_over(two_hosts, tmp_path):
+    """--kill-node: nodeb, which holds the PS, is lost: the PS and nodeb's Open MPI daemon
+    (prted) are SIGKILLed at once over ssh. The spare on nodea takes the PS's place and resumes
+    from the newest checkpoint (a shared file system, as the README requires)."""
+    out = tmp_path / "run"
+    s = run_on_nodea(two_hosts, out, "--mode", "checkpoint", "--checkpoint-every", "50", "--duration", "12s",
+                     "--restart-delay", "0", "--spares", "1", "--kill-node", "4s", "--hosts", "nodea:4,nodeb:1")
+    placement = {r["role"]: r["host"] for r in json.loads((out / "placement.json").read_text())["ranks"]}
+    assert placement["ps"] == "nodeb" and placement["spare0"] == "nodea", placement
+    (kill,) = events(out, "kill")
+    assert kill["host"] == "nodeb" and kill["how"] == "ssh" and kill["daemons"], kill  # the prted died too
+    (fault,) = s["faults"]
+    assert fault["kind"] == "node"
+    starts = {e["who"]: e for e in events(out, "start")}
+    assert starts["ps-gen1"]["host"] == "nodea" and starts["ps-gen1"]["pid"] == starts["spare0"]["pid"]
+    (rec,) = s["recoveries"]
+    assert rec["lost_steps"] <= 2 * 50, rec
+    assert all(f.get("planned", True) for f in s["faults"]), s["faults"]  # nothing on nodea died unexplained

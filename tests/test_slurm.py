@@ -1,6 +1,6 @@
 """psbench under a real one-node Slurm cluster (tests/slurm_cluster.py: munged,
 slurmctld, slurmd, started here and torn down after): ``psbench slurm --submit``
-of a run with a PS kill, and a job-array sweep with one combined report."""
+of a run with a PS kill that a spare covers, and a job-array sweep with one combined report."""
 from __future__ import annotations
 
 import json
@@ -38,7 +38,8 @@ def submitted(proc, pattern: str) -> list[str]:
 def test_sbatch_run_with_a_ps_kill(slurm, tmp_path):
     out = tmp_path / "run"
     proc = psbench("slurm", *SYN, "--mode", "checkpoint", "--checkpoint-every", "20", "--duration", "14s",
-                   "--kill-ps", "5s", "--kill-via", "srun", "--out", str(out), "--nodes", "1", "--time", "00:05:00",
+                   "--kill-ps", "5s", "--kill-via", "srun", "--spares", "1", "--out", str(out), "--nodes", "1",
+                   "--time", "00:05:00",
                    "--script", str(tmp_path / "job.sbatch"), "--submit", "--quiet", env=slurm.env)
     (job,) = submitted(proc, r"submitted job (\d+)")
     states = slurm.wait_jobs([job], timeout=150)
@@ -51,7 +52,11 @@ def test_sbatch_run_with_a_ps_kill(slurm, tmp_path):
     (rec,) = summary["recoveries"]
     assert rec["mode"] == "checkpoint" and rec["recovery_s"] > 0
     placement = json.loads((out / "placement.json").read_text())
-    assert placement["hosts"] == [f"{slurm.node}:5"]  # from the allocation: 4 ranks + 1 spare for the replacement
+    # from the allocation: 4 ranks and the spare, which takes the PS's place (no slot for a spawn)
+    assert placement["hosts"] == [f"{slurm.node}:5"] and placement["ranks"][-1]["role"] == "spare0"
+    (start,) = [json.loads(line) for line in (out / "events" / "ps-gen1.jsonl").read_text().splitlines()
+                if '"start"' in line]
+    assert start["spare"] == "spare0"
     report = (out / "report.md").read_text()
     assert "kill" in report.lower()
 

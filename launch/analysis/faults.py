@@ -31,7 +31,11 @@ def fault_records(events: list[dict], kill_time, to_launcher) -> list[dict]:
     by = lambda kind, who=None: [e for e in events if e["ev"] == kind and (who is None or e["who"] == who)]  # noqa: E731
     out = []
     for e in by("kill", "launcher"):
-        out.append(_record("kill", True, kill_time(e), e, f"SIGKILL at {e.get('at')}"))
+        if "node" in e:  # --kill-node: the PS's host lost, every rank there and its daemon at once
+            others = ", ".join(o["role"] for o in e["node"]) or "no other rank"
+            out.append(_record("node", True, kill_time(e), e, f"the PS's host lost at {e.get('at')} ({others} too)"))
+        else:
+            out.append(_record("kill", True, kill_time(e), e, f"SIGKILL at {e.get('at')}"))
     fences = by("fence")
     hangs = by("hang", "launcher")
     for e in hangs:
@@ -71,6 +75,7 @@ def fault_records(events: list[dict], kill_time, to_launcher) -> list[dict]:
         rec["_t_fence"] = kill_time({**f, "t_kill": f.get("t_fence", f["t"])})
         out.append(rec)
     ours = {(e["pid"], _short(e["host"])) for e in by("kill", "launcher") + fences}
+    ours |= {(o["pid"], _short(e["host"])) for e in by("kill", "launcher") for o in e.get("node", [])}
     crashed = set()
     for c in by("crash", "launcher"):
         crashed.add((c.get("pid"), _short(c.get("host"))))

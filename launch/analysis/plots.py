@@ -92,6 +92,7 @@ FAULT_LINES = {("kill", "ps"): ("--", "PS killed (SIGKILL)"), ("kill", "replica"
                ("hang", "ps"): ((0, (1, 1.5)), "PS hung (SIGSTOP)"), ("hang", "replica"): ((0, (1, 3)), "replica hung"),
                ("slow", "ps"): ((0, (6, 2, 1, 2, 1, 2)), "PS slowed"),
                ("partition", "ps"): ((0, (8, 3)), "PS host cut off"),
+               ("node", "ps"): ((0, (3, 1, 1, 1)), "PS host lost"),
                ("unplanned", "ps"): ((0, (2, 2, 6, 2)), "unplanned failure")}
 
 

@@ -69,7 +69,7 @@ def runs_cell(agg: ConfigAggregate) -> str:
 def kills_cell(config: dict, runs: list[RunRecord] | None = None) -> str:
     """The fault schedule, with the mean times the failures happened (seconds into training)."""
     parts = []
-    for key, what in (("kill_ps", "PS killed"), ("kill_replica", "replica killed"), ("hang_ps", "PS hung"),
+    for key, what in (("kill_ps", "PS killed"), ("kill_node", "PS host lost"), ("kill_replica", "replica killed"), ("hang_ps", "PS hung"),
                       ("hang_replica", "replica hung"), ("slow_ps", "PS slowed"), ("partition_ps", "PS cut off")):
         at = naming.kill_specs(config.get(key))
         if at:

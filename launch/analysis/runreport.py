@@ -38,6 +38,7 @@ FAULT_STYLE = {  # how each kind of failure is marked on a timeline
     "kill": dict(color="red", linestyle="--", label="kill"),
     "hang": dict(color="darkorange", linestyle="-.", label="hang"),
     "slow": dict(color="goldenrod", linestyle=":", label="slow phase"),
+    "node": dict(color="darkred", linestyle="--", label="host lost"),
     "unplanned": dict(color="purple", linestyle=":", label="unplanned failure"),
 }
 

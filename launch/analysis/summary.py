@@ -283,7 +283,7 @@ def training_throughput(steps: list[dict], t0: float, span: float, faults: list[
     rec = {r["fault"]: r["recovery_s"] for r in recoveries}
     end = t0 + span
     # a pause ridden out or a slow phase is no outage: the PS went on answering (slowly)
-    lost = [i for i, f in enumerate(faults) if i not in rec and (f["kind"] in ("kill", "unplanned") or "_t_fence" in f)]
+    lost = [i for i, f in enumerate(faults) if i not in rec and (f["kind"] in ("kill", "node", "unplanned") or "_t_fence" in f)]
     windows = [(f["_t"], min(end, f["_t"] + rec[i])) for i, f in enumerate(faults) if i in rec]
     windows += [(faults[i]["_t"], end) for i in lost]
     merged: list[list[float]] = []

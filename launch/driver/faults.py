@@ -68,6 +68,11 @@ HANG_SCRIPT = 'date +%s.%N && kill -STOP "$1" && { [ -z "$2" ] || { sleep "$2" &
 # $1 pid, $2 cycles, $3 stopped and $4 running seconds of each: a PS that runs a share of the time
 SLOW_SCRIPT = ('date +%s.%N; i=0; while [ "$i" -lt "$2" ] && kill -STOP "$1" 2>/dev/null; do '
                'sleep "$3"; kill -CONT "$1" || exit 1; sleep "$4"; i=$((i + 1)); done; exit 0')
+# $@ pids, all on one host: a node lost. Their Open MPI daemon (their parent, where it is a prted: not on
+# the launcher's host, whose ranks are mpirun's own children) dies with them, as it would with its node.
+NODE_SCRIPT = ('d=""; for p in "$@"; do pp=$(ps -o ppid= -p "$p" 2>/dev/null | tr -d " "); '
+               '[ -n "$pp" ] && [ "$(cat /proc/$pp/comm 2>/dev/null)" = prted ] && d="$d $pp"; done; '
+               'date +%s.%N; echo "daemons:$d"; exec kill -9 "$@" $d')
 FENCE_ATTEMPT_S = 10.0  # a remote fence not done by then is given up and tried again
 FENCE_RETRY_S = 1.0
 FENCE_PROBE_S = 2.0  # the suspecting rank's host must answer this fast for its suspicion to count
@@ -144,6 +149,25 @@ def sigkill(info: dict, kill_via: str = "auto") -> dict:
                          f"(exit {out.returncode}): {out.stderr.strip()[-300:]}")
     remote = _first_float(out.stdout)
     return {"how": route, "t_remote": remote, "rtt_s": round(t1 - t0, 4)}
+
+
+def kill_node(infos: list[dict], kill_via: str = "auto") -> dict:
+    """SIGKILL the processes of ``infos`` (pid files of one host) at once, with that host's Open MPI
+    daemon: :data:`NODE_SCRIPT`, run there. Returns how, the daemons killed and the host's clock."""
+    host = infos[0]["host"]
+    route = kill_route(host, kill_via)
+    argv = ["sh", "-c", NODE_SCRIPT, "sh", *(str(int(i["pid"])) for i in infos)]
+    t0 = time.time()
+    out = subprocess.run(argv if route == "local" else remote_command(route, host, argv), capture_output=True,
+                         text=True, timeout=20, stdin=subprocess.DEVNULL)
+    t1 = time.time()
+    if out.returncode != 0:
+        raise KillFailed(f"{route} node kill on {host} failed (exit {out.returncode}): {out.stderr.strip()[-300:]}")
+    daemons = [int(x) for line in out.stdout.splitlines() if line.startswith("daemons:") for x in line[8:].split()]
+    how = {"how": route, "daemons": daemons, "rtt_s": round(t1 - t0, 4)}
+    if route != "local":
+        how["t_remote"] = _first_float(out.stdout)
+    return how
 
 
 class KillFailed(RuntimeError):
@@ -233,6 +257,7 @@ class Injector:
         self.killed: set[tuple[int, str]] = set()  # killed, fenced or hung for good: not a target again
         self.done: list[dict] = []
         self.fenced: list[dict] = []
+        self.collateral: list[dict] = []  # killed with the PS's node (--kill-node): pid, host, role
         self.faults: list[dict] = []
         self.running: list[tuple[subprocess.Popen, dict]] = []  # hang and slow scripts, with their records
         self.fencing: dict[tuple[int, str], dict] = {}  # remote fences on their way
@@ -243,8 +268,8 @@ class Injector:
 
     @property
     def deaths(self) -> list[dict]:
-        """Every process the launcher killed: scheduled kills and fences."""
-        return self.done + self.fenced
+        """Every process the launcher killed: scheduled kills, the others on a lost node, and fences."""
+        return self.done + self.collateral + self.fenced
 
     def stopped_at(self, event: dict) -> None:
         """A rank stopped itself at a kill point (its ``killpoint`` event): SIGKILL it there
@@ -381,9 +406,13 @@ class Injector:
         t = time.time()
         common = dict(pid=info["pid"], host=info["host"], role=point.target, rank=info.get("rank"),
                       generation=info.get("generation"), at=point.spec, elapsed_s=elapsed, step=step, **(extra or {}))
+        node = self._on_host(info) if point.kind == "node" else []
         try:
             if point.kind == "kill":
                 how = sigkill(info, self.kill_via)
+            elif point.kind == "node":
+                how = kill_node([info] + [i for _, i in node], self.kill_via)
+                common["node"] = [{"role": role, "pid": i["pid"]} for role, i in node]
             else:
                 how = self._start_script(info, point)
         except (KillFailed, OSError, subprocess.TimeoutExpired) as exc:
@@ -391,7 +420,10 @@ class Injector:
                           kind=point.kind, error=str(exc))
             return
         key = (info["pid"], info["host"])
-        if point.kind == "kill":
+        if point.kind == "node":  # recorded as the PS's kill; the others on its host died with it
+            self.collateral += [{"pid": i["pid"], "host": i["host"], "role": role} for role, i in node]
+            self.killed.update((i["pid"], i["host"]) for _, i in node)
+        if point.kind in ("kill", "node"):
             self.killed.add(key)
             # t_kill: the launcher's clock when the kill was sent; a remote kill also records the
             # PS host's clock when it was carried out (t_remote) and the round trip
@@ -407,6 +439,19 @@ class Injector:
         else:
             rec = self.log.emit("partition", t_partition=t, for_s=point.for_s, peer=self.peer_host, **common, **how)
         self.faults.append(rec)
+
+    def _on_host(self, info: dict) -> list[tuple[str, dict]]:
+        """The other processes on ``info``'s host that hold a role now (their pid files), live ones."""
+        out, seen = [], {info["pid"]}
+        for path in sorted((self.run_dir / "pids").glob("*.json")):
+            other = read_pid_file(self.run_dir, path.stem)
+            if (other is None or other["pid"] in seen or other["host"] != info["host"]
+                    or (other["pid"], other["host"]) in self.killed
+                    or (is_local(other["host"]) and not alive(int(other["pid"])))):
+                continue
+            seen.add(other["pid"])
+            out.append((path.stem, other))
+        return out
 
     def _start_script(self, info: dict, point: KillPoint) -> dict:
         """The hang or slow script, started in the background, here or on the target's host."""

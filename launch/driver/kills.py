@@ -1,4 +1,4 @@
-"""Fault points: the ``--kill-ps``, ``--kill-replica``, ``--kill-worker``, ``--hang-ps``,
+"""Fault points: the ``--kill-ps``, ``--kill-node``, ``--kill-replica``, ``--kill-worker``, ``--hang-ps``,
 ``--hang-replica`` and ``--slow-ps`` schedules parsed and checked (:func:`parse_kills`).
 A point is ``AT`` = a time since training started (``20s``, ``1.5m``), a share of
 ``--duration`` (``33%``), or a PS step (``step:800``); test hooks: ``point:NAME`` and
@@ -16,8 +16,9 @@ from psmodes.config import ConfigError, parse_duration
 from psmodes.killpoints import POINTS, REPLICA_POINTS
 
 
-# SIGKILL; SIGSTOP (SIGCONT after for_s); a duty cycle of both for for_s; the host's link down for for_s
-KINDS = ("kill", "hang", "slow", "partition")
+# SIGKILL; SIGSTOP (SIGCONT after for_s); a duty cycle of both for for_s; the host's link down for for_s;
+# SIGKILL of every rank on the target's host and of its Open MPI daemon (a node lost)
+KINDS = ("kill", "hang", "slow", "partition", "node")
 
 
 @dataclass
@@ -53,7 +54,9 @@ def parse_kills(specs: list[str], target: str, duration_s: float | None = None,
     kills the target's live holder DUR after the previous kill, at once if it is up, else
     as soon as it registers (a replacement)."""
     named, option = (POINTS, "--kill-ps") if target == "ps" else (REPLICA_POINTS, "--kill-replica")
-    if kind != "kill":
+    if kind == "node":
+        option = "--kill-node"
+    elif kind != "kill":
         option = f"--{kind}-{'ps' if target == 'ps' else 'replica'}"
     points = []
     for spec in specs:
@@ -107,7 +110,7 @@ def _split_length(part: str, kind: str, option: str) -> tuple[str, float | None]
         if kind in ("slow", "partition"):
             raise ConfigError(f"{option} {part!r}: write AT~DUR, e.g. 30%~10s (how long it lasts)")
         return part, None
-    if kind == "kill":
+    if kind in ("kill", "node"):
         raise ConfigError(f"kill point {part!r}: a kill has no length (~DUR is for --hang-ps and --slow-ps)")
     if at.strip().startswith("+"):
         raise ConfigError(f"{option} {part!r}: +DUR points are for kills; write AT~DUR with AT a time, share or step")
@@ -118,7 +121,8 @@ def schedule(cfg) -> list[KillPoint]:
     """Every fault point of a run (checked: ConfigError), in the order they are due: by time,
     then by PS step; ``point:NAME`` and ``+DUR`` points come last, in the order given."""
     d, tail = cfg.duration_s, f"replica{cfg.n_replicas}"
-    points = (parse_kills(cfg.kill_ps, "ps", d) + parse_kills(cfg.kill_replica, tail, d)
+    points = (parse_kills(cfg.kill_ps, "ps", d) + parse_kills(cfg.kill_node, "ps", d, "node")
+              + parse_kills(cfg.kill_replica, tail, d)
               + parse_kills(cfg.kill_worker, f"worker{cfg.workers - 1}", d)
               + parse_kills(cfg.hang_ps, "ps", d, "hang") + parse_kills(cfg.hang_replica, tail, d, "hang")
               + parse_kills(cfg.slow_ps, "ps", d, "slow") + parse_kills(cfg.partition_ps, "ps", d, "partition"))
@@ -127,5 +131,6 @@ def schedule(cfg) -> list[KillPoint]:
 
 
 def replacements(cfg) -> int:
-    """PS and replica faults that end a process (kills, and hangs, which are fenced): each needs a replacement."""
-    return sum(1 for p in schedule(cfg) if p.kind in ("kill", "hang") and not p.target.startswith("worker"))
+    """PS and replica faults that end a process (kills, and hangs, which are fenced): each needs a replacement
+    (a node loss at least one: the PS; what else was placed on its host too)."""
+    return sum(1 for p in schedule(cfg) if p.kind in ("kill", "hang", "node") and not p.target.startswith("worker"))

@@ -80,6 +80,7 @@ from ..driver.runner import INTERRUPTED, run_job
 
 ACCURACY_TOLERANCE = 0.05
 KINDS = ("kill", "hang", "pause", "slow", "outside")
+SPARES = (0, 1, 2)  # --spares drawn per trial: spawned replacements only, or one or two spares first
 FENCE_MARGIN_S = 1.5  # a hang is fenced within --suspect-after of the wait it stops, plus a step and a poll
 
 
@@ -105,6 +106,8 @@ def add_chaos_parser(sub) -> None:
     add_option(p, run["restart_delay"], default="1s")
     p.add_argument("--max-kills", type=int, default=2, help="faults per trial: 1 to this many")
     p.add_argument("--kinds", default=",".join(KINDS), help=f"kinds of fault drawn for the PS: {', '.join(KINDS)}")
+    p.add_argument("--spares", default=",".join(map(str, SPARES)),
+                   help="the --spares drawn for each trial of a mode that repairs the job (e.g. 0 for none)")
     p.add_argument("--tolerance", type=float, default=ACCURACY_TOLERANCE,
                    help="largest accuracy drop allowed after recovery (checkpoint, chain)")
     p.add_argument("--out", help="folder of the trials (default: runs/chaos-<time>)")
@@ -135,6 +138,12 @@ def plan_trials(a: argparse.Namespace) -> list[Trial]:
             raise ConfigError(f"--kinds: unknown kind {k!r}; choose from: {', '.join(KINDS)}")
     if not kinds:
         raise ConfigError("--kinds: give at least one kind")
+    try:
+        spares = [int(x) for x in str(a.spares).split(",") if x.strip()]
+    except ValueError:
+        spares = []
+    if not spares or any(n < 0 for n in spares):
+        raise ConfigError(f"--spares {a.spares!r}: give counts of spares separated by commas, e.g. 0,1,2")
     run = run_options()
     duration = run["duration"].to_field(a.duration)
     restart_delay = run["restart_delay"].to_field(a.restart_delay)
@@ -150,6 +159,8 @@ def plan_trials(a: argparse.Namespace) -> list[Trial]:
                             eval_interval_s=max(0.5, duration / 10), restart_delay_s=restart_delay)
             _draw(cfg, rng, duration, a.max_kills)
             trial = Trial(cfg, _draw_kinds(cfg, rng, kinds))
+            if not cfg.dies_with_ps:  # drawn last: a seed draws the same faults as before spares existed
+                cfg.spares = rng.choice(spares)
             cfg.run_dir = str((out / mode / f"trial-{i:03d}").resolve())
             _validate(cfg)
             trials.append(trial)
@@ -349,7 +360,7 @@ def took_down(summary: dict) -> list[dict]:
     pause that ended, not a slow phase). A summary without ``faults`` has only its kills."""
     if "faults" not in summary:
         return summary.get("kills") or []
-    return [f for f in summary["faults"] if f["kind"] in ("kill", "unplanned") or f.get("fenced_s") is not None]
+    return [f for f in summary["faults"] if f["kind"] in ("kill", "node", "unplanned") or f.get("fenced_s") is not None]
 
 
 def leftover_processes(run_dir: Path, grace_s: float = 5.0) -> list[int]:
@@ -408,6 +419,8 @@ def cmd_chaos(a: argparse.Namespace) -> int:
             bad.insert(0, crash)
         summary = summary or {}
         row = {"mode": cfg.mode, "trial": Path(cfg.run_dir).name, "run_dir": cfg.run_dir, "seed": cfg.seed,
+               "spares": cfg.spares, "open_mpi_crashes": len(summary.get("crashes") or []),
+               "lingered": lingered(Path(cfg.run_dir)),
                "kill_ps": cfg.kill_ps, "kill_replica": cfg.kill_replica, "hang_ps": cfg.hang_ps,
                "slow_ps": cfg.slow_ps, "outside": trial.outside, "outside_killed": killer.killed,
                "kills": len(summary.get("kills") or []),
@@ -428,7 +441,8 @@ def cmd_chaos(a: argparse.Namespace) -> int:
                                + [f"hang:{h}" for h in cfg.hang_ps] + [f"slow:{x}" for x in cfg.slow_ps]
                                + [f"outside:{t:g}s" for t in trial.outside])
             verdict = "ok" if not bad else f"{len(bad)} VIOLATION(S): " + "; ".join(bad)
-            print(f"[{n}/{len(trials)}] {cfg.mode} {row['trial']} ({row['params']}; faults {faults}): "
+            print(f"[{n}/{len(trials)}] {cfg.mode} {row['trial']} ({row['params']}, {cfg.spares} spare(s); "
+                  f"faults {faults}): "
                   f"{'completed' if row['completed'] else 'failed: ' + str(row['exit_reason'])[:80]}, "
                   f"{len(row['faults'])} fault(s), {wall:.0f} s - {verdict}", file=sys.stderr, flush=True)
         write_text_atomic(out / "chaos.json", json.dumps({"argv": sys.argv, "trials": results}, indent=2) + "\n")
@@ -443,17 +457,27 @@ def cmd_chaos(a: argparse.Namespace) -> int:
 
 
 def table(results: list[dict]) -> str:
+    """A row per mode and number of spares: trials, faults, survived, violations, the trials in which
+    Open MPI crashed (a rank died of a signal nobody sent) or mpirun lingered, the slowest recovery."""
     rows = []
-    for mode in dict.fromkeys(r["mode"] for r in results):
-        rs = [r for r in results if r["mode"] == mode]
+    for mode, spares in dict.fromkeys((r["mode"], r.get("spares", 0)) for r in results):
+        rs = [r for r in results if r["mode"] == mode and r.get("spares", 0) == spares]
         slowest = max([r["recovery_s"] for r in rs if r["recovery_s"] is not None], default=None)
         kinds = Counter(f["kind"] if f.get("planned", True) else "unplanned" for r in rs for f in r.get("faults", []))
-        rows.append({"mode": mode, "trials": len(rs),
+        rows.append({"mode": mode, "spares": spares, "trials": len(rs),
                      "faults": ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "-",
                      "survived": sum(r["completed"] for r in rs),
                      "invariant violations": sum(len(r["violations"]) for r in rs),
+                     "Open MPI crash": sum(1 for r in rs if r.get("open_mpi_crashes")),
+                     "mpirun lingered": sum(1 for r in rs if r.get("lingered")),
                      "slowest recovery (s)": round(slowest, 2) if slowest is not None else "-"})
-    return frame(rows).to_markdown(index=False)
+    return frame(sorted(rows, key=lambda r: (list(dict.fromkeys(x["mode"] for x in results)).index(r["mode"]),
+                                             r["spares"]))).to_markdown(index=False)
+
+
+def lingered(run_dir: Path) -> bool:
+    """Whether the launcher had to stop an mpirun that outlived every rank (launch/driver/runner.py)."""
+    return any(e["ev"] == "lingered" for e in read_events(run_dir / "events" / "launcher.jsonl"))
 
 
 def kinds_table(results: list[dict]) -> str:

@@ -91,7 +91,7 @@ def resources(a: argparse.Namespace, ranks: int, spawns: int) -> tuple[Resources
         notes.append(f"WARNING: {spawns} replacement(s) may be spawned but only {slots - ranks} slot(s) are free; "
                      "a respawn fails when the allocation is full")
     elif spawns:
-        notes.append(f"{slots - ranks} spare slot(s) for replacements (a dead rank's slot is not given back)")
+        notes.append(f"{slots - ranks} free slot(s) for spawned replacements (a dead rank's slot is not given back)")
     return Resources(a.nodes, per_node, a.gpus_per_node, time_limit, a.partition, a.account), notes
 
 
