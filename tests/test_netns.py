@@ -90,21 +90,25 @@ def test_a_partition_of_the_ps_host_is_fenced_after_it_heals_and_the_replica_tak
 
 
 @pytest.mark.slow
-def test_the_ps_host_is_lost_and_a_spare_on_the_other_host_takes_over(two_hosts, tmp_path):
-    """--kill-node: nodeb, which holds the PS, is lost: the PS and nodeb's Open MPI daemon
-    (prted) are SIGKILLed at once over ssh. The spare on nodea takes the PS's place and resumes
-    from the newest checkpoint (a shared file system, as the README requires)."""
+def test_losing_the_ps_host_and_its_daemon_ends_the_job_with_open_mpis_reason(two_hosts, tmp_path):
+    """--kill-node: nodeb, which holds the PS, is lost: the PS and nodeb's Open MPI daemon (prted)
+    are SIGKILLed at once over ssh. Open MPI 5.0.11's runtime (PRRTE 3.0.x) cannot run through a
+    lost daemon and ends the whole job, ULFM or not, although a spare waits on nodea: the run
+    ends at once, with that reason recorded, and leaves nothing behind. When the Open MPI that
+    make setup installs tolerates lost daemons (PRRTE 4.x), this test says so."""
     out = tmp_path / "run"
-    s = run_on_nodea(two_hosts, out, "--mode", "checkpoint", "--checkpoint-every", "50", "--duration", "12s",
-                     "--restart-delay", "0", "--spares", "1", "--kill-node", "4s", "--hosts", "nodea:4,nodeb:1")
+    argv = [sys.executable, "-m", "launch.cli", "run", "--quiet", *SYN, "--mode", "checkpoint", "--checkpoint-every",
+            "50", "--duration", "12s", "--restart-delay", "0", "--spares", "1", "--kill-node", "4s",
+            "--hosts", "nodea:4,nodeb:1", "--ps-host", "nodeb", "--out", str(out)]
+    subprocess.run(two_hosts.argv_on("nodea", argv), env={**two_hosts.env(), "PYTHONPATH": str(ROOT)}, cwd=ROOT,
+                   timeout=180, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    s = json.loads((out / "summary.json").read_text())
     placement = {r["role"]: r["host"] for r in json.loads((out / "placement.json").read_text())["ranks"]}
     assert placement["ps"] == "nodeb" and placement["spare0"] == "nodea", placement
     (kill,) = events(out, "kill")
-    assert kill["host"] == "nodeb" and kill["how"] == "ssh" and kill["daemons"], kill  # the prted died too
+    assert kill["host"] == "nodeb" and kill["how"] == "ssh" and kill["daemons"], kill  # nodeb's prted died too
     (fault,) = s["faults"]
-    assert fault["kind"] == "node"
-    starts = {e["who"]: e for e in events(out, "start")}
-    assert starts["ps-gen1"]["host"] == "nodea" and starts["ps-gen1"]["pid"] == starts["spare0"]["pid"]
-    (rec,) = s["recoveries"]
-    assert rec["lost_steps"] <= 2 * 50, rec
-    assert all(f.get("planned", True) for f in s["faults"]), s["faults"]  # nothing on nodea died unexplained
+    assert fault["kind"] == "node" and fault["planned"], fault
+    assert not s["completed"] and "lost the daemon on nodeb" in s["exit_reason"], s["exit_reason"]
+    (exit_event,) = events(out, "job_exit")
+    assert exit_event["t_exit"] - kill["t_kill"] < 10, "the job did not end soon after the daemon's loss"

@@ -32,8 +32,9 @@ def fault_records(events: list[dict], kill_time, to_launcher) -> list[dict]:
     out = []
     for e in by("kill", "launcher"):
         if "node" in e:  # --kill-node: the PS's host lost, every rank there and its daemon at once
-            others = ", ".join(o["role"] for o in e["node"]) or "no other rank"
-            out.append(_record("node", True, kill_time(e), e, f"the PS's host lost at {e.get('at')} ({others} too)"))
+            others = ", ".join(o["role"] for o in e["node"])
+            out.append(_record("node", True, kill_time(e), e, f"the PS's host lost at {e.get('at')}"
+                               + (f" ({others} with it)" if others else "")))
         else:
             out.append(_record("kill", True, kill_time(e), e, f"SIGKILL at {e.get('at')}"))
     fences = by("fence")

@@ -58,3 +58,19 @@ def reason(crash: dict) -> str:
     who = crash["role"] or "a rank"
     return (f"{who} (pid {crash['pid']} on {crash['host']}) died of {crash['signal']}, a signal psbench did "
             "not send; the stack trace is in mpirun.log")
+
+
+LOST_DAEMON = re.compile(rb"PRTE has lost communication with a remote daemon\..*?Remote daemon: \S+ on node (\S+)", re.S)
+
+
+def runtime_abort(log: bytes) -> str | None:
+    """Why Open MPI's runtime ended the job, when it says so in ``mpirun.log``: with the Open MPI
+    5.0.x this project installs (PRRTE 3.0.x), losing a host's daemon (``prted``: a node lost,
+    ``--kill-node``) ends the whole job, ULFM or not; PRRTE tolerates lost daemons only from
+    4.x (openpmix/prrte PR 2443)."""
+    m = LOST_DAEMON.search(log)
+    if m:
+        return (f"Open MPI's runtime lost the daemon on {m.group(1).decode(errors='replace')} and ended the job "
+                "(PRRTE 3.0.x cannot run through a lost daemon; see mpirun.log)")
+    return None
+

@@ -138,6 +138,8 @@ def run_job(cfg: RunConfig, quiet: bool = False, tick=None) -> dict:
                     progress._write(f"[launcher] Open MPI failed to start the job ({failure}); starting it again")
                 continue
             if not restartable(cfg, watch, injector, t_attempt, attempt):
+                if watch.exit_reason is None and not watch.finished:  # e.g. a lost host's daemon (--kill-node)
+                    watch.exit_reason = crashes.runtime_abort(_read_from(run_dir / "mpirun.log", log_at))
                 break
             attempt += 1
             header = f"psbench: restart {attempt}"
@@ -194,9 +196,17 @@ def start_failure(run_dir: Path, log_at: int, watch: "Watch") -> str | None:
     reason that starting it again cures (launch/driver/mpirun.py); None otherwise."""
     if watch.ranks.started or watch.t0 is not None or watch.exit_reason is not None:
         return None
-    with open(run_dir / "mpirun.log", "rb") as fh:
-        fh.seek(log_at)
-        return transient_start_failure(fh.read(1 << 20))
+    return transient_start_failure(_read_from(run_dir / "mpirun.log", log_at))
+
+
+def _read_from(path: Path, offset: int, limit: int = 4 << 20) -> bytes:
+    """Up to ``limit`` bytes of ``path`` from ``offset`` (this attempt's part of mpirun.log)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            return fh.read(limit)
+    except FileNotFoundError:
+        return b""
 
 
 def restartable(cfg: RunConfig, watch: "Watch", injector: Injector, t_attempt: float, attempt: int) -> bool:
