@@ -170,7 +170,10 @@ class Worker:
         self._sync_ctrl()
         self._take_weights()
         compute = self.ctrl.compute
-        while True:
+        # not one step when the first answer already says stop: a whole-job restart that starts after
+        # the run's --duration is over (seen: the leader sent a gradient to a PS that had finished, and
+        # waited until it suspected it)
+        while self.ctrl.stop == RUNNING:
             t_iter = time.perf_counter()
             idle_before = self.outage.idle_s if self.outage is not None else 0.0
             compute_s = self._compute() if compute else 0.0

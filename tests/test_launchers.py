@@ -44,10 +44,16 @@ def test_horovodrun_survives_a_ps_kill(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("ulfm", [True, False], ids=["ulfm", "no-ulfm"])
-def test_job_restart_after_a_ps_kill(tmp_path, ulfm):
+@pytest.mark.parametrize("ulfm, fault", [(True, "--kill-ps"), (False, "--kill-ps"), (True, "--kill-node")],
+                         ids=["ulfm", "no-ulfm", "node-loss"])
+def test_job_restart_after_a_ps_kill(tmp_path, ulfm, fault):
+    """--kill-node on one machine loses every rank at once (the workers too): only a whole-job
+    restart can recover from that, and does, from the newest checkpoint."""
     out, s = run_ok(tmp_path, *SYN, "--mode", "checkpoint", "--recovery", "job-restart", "--checkpoint-every", "50",
-                    "--duration", "30s", "--kill-ps", "5s", *([] if ulfm else ["--no-ulfm"]))
+                    "--duration", "30s" if fault == "--kill-ps" else "16s", fault, "5s", *([] if ulfm else ["--no-ulfm"]))
+    if fault == "--kill-node":
+        (kill,) = events(out, "kill")
+        assert {o["role"] for o in kill["node"]} >= {"worker0", "worker1"} and s["faults"][0]["kind"] == "node"
     assert ("--with-ft" in (out / "command.txt").read_text()) == ulfm
     (exit0, exit1) = events(out, "job_exit")  # two jobs: the killed one and the restarted one
     assert exit0["returncode"] != 0 and not exit0["finished"] and exit1["finished"]
