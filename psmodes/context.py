@@ -21,7 +21,7 @@ from mpi4py import MPI
 from benchmarks.registry import get as get_workload
 
 from . import killpoints, modes, transport
-from .cluster import Cluster, fill_from_spares, full_layout
+from .cluster import Cluster, full_layout
 from .config import RunConfig
 from .errors import RunFailed
 from .events import Ev, EventLog
@@ -33,7 +33,6 @@ from .suspicion import COLD_START_S
 # a spawn or join still running this long after a member's death is known is given up (see respawn)
 STALL_GRACE_S = 3.0
 SPAWN_TRIES = 3  # a death during the spawn is repaired (shrink, spawn again) this many times in all
-SETTLE_S = 0.25  # the least time from learning of a death to making the new world (see Context._settle)
 
 
 def no_repair(cfg: RunConfig) -> str:
@@ -100,7 +99,6 @@ class Context:
     def _shrink(self, exc: transport.PeerFailed, via: str) -> list:
         """Drop the dead from the world (every survivor takes part); RunFailed when the run cannot go on."""
         t_detect = time.time()
-        self.last_death = time.monotonic()
         workers = [r.label for r in self.failed_roles() if r.kind == "worker"]
         if workers:
             # the worker group is fixed (no elastic workers): a dead worker ends the run. Said before
@@ -239,8 +237,6 @@ class Context:
             missing = self.cluster.missing(full)
             root = self.cluster.me.kind == "ps" and bool(missing)  # the spawn's root
             try:
-                if fill_from_spares(self.cluster.roles, missing)[2]:  # a spawn, and a new world, will be made
-                    self._settle()
                 if root:
                     killpoints.reached("spawn", self, attempt=attempt, missing=[r.label for r in missing])
                 spawned = (lambda: killpoints.reached("in_spawn", self, attempt=attempt)) if root else None
@@ -262,19 +258,6 @@ class Context:
                       seconds=seconds, attempts=attempt, role=self.cluster.me.label, rank=self.cluster.rank,
                       generation=self.cluster.generation)
         return seconds
-
-    def _settle(self) -> None:
-        """Drive MPI progress until :data:`SETTLE_S` after this process learnt of the last death.
-
-        Open MPI 5.0.11 crashed (SIGSEGV in ompi_comm_revoke_local, every survivor at once) when the
-        runtime's notice of a death was processed while MPI_Comm_create_from_group activated the
-        new world: seen in psbench perf, 112 ms after a kill, when a spare made the repair fast
-        enough to reach the new world that soon (a spawn takes seconds). Here the notice is taken in
-        while no communicator is being made."""
-        end = getattr(self, "last_death", 0.0) + SETTLE_S
-        while time.monotonic() < end:
-            transport.test(self.death_watch(), "settle after a death")  # PeerFailed: another death
-            time.sleep(0.005)
 
     def _death_noticed(self) -> bool:
         """Whether a member of the world died, after driving MPI progress: ULFM takes in the
