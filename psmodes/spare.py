@@ -35,7 +35,7 @@ class Spare:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.label = ctx.cluster.me.label
-        build_flat(ctx)  # the first model build pays torch's lazy set-up; the role's own build is then quick
+        ctx.prebuilt = build_flat(ctx)  # the model of the role it will take, built now (see build_flat)
         write_pid_file(ctx, self.label)
         self.t_end = time.monotonic() + ctx.cfg.resolved_deadline()
 

@@ -56,6 +56,7 @@ def test_a_missed_target_says_by_how_much():
     (["--workers", "1"], "--workers must be at least 2"),
     (["--from", "/nonexistent"], "no perf.json there"),
     (["--quikc"], "did you mean --quick"),
+    (["--faults", "kill,meteor"], "--faults 'kill,meteor': choose from"),
 ])
 def test_bad_input_is_one_line_and_status_2(args, message, tmp_path):
     out = subprocess.run(PSBENCH + ["perf", "--out", str(tmp_path / "r"), *args], capture_output=True, text=True,

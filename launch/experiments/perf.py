@@ -109,6 +109,8 @@ def add_perf_parser(sub) -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--sizes", help="synthetic model sizes, comma-separated (default 1e6,1e7,1e8)")
     p.add_argument("--kills", type=int, help="PS kills per mode in the failure runs (default 4; --quick 1)")
+    p.add_argument("--faults", help=f"the failure section's kinds of fault, comma-separated (default all: "
+                                    f"{', '.join(FAILURE_KINDS)})")
     p.add_argument("--max-buffered", type=int, default=32, help="the bound of the sequential/staleness buffers")
     p.add_argument("--data-dir", help="Fashion-MNIST folder (else $PSBENCH_DATA, else Debian's package)")
     p.add_argument("--only", help=f"comma-separated sections to measure (default all: {', '.join(SECTIONS)})")
@@ -132,6 +134,11 @@ def plan_from_args(a: argparse.Namespace) -> Plan:
     _count(plan.max_buffered, 1, "--max-buffered")
     if plan.workers < 2:
         raise ConfigError("--workers must be at least 2 (the throughput runs compare data-parallel training)")
+    if a.faults:
+        plan.failure_kinds = [k.strip() for k in a.faults.split(",") if k.strip()]
+        unknown = [k for k in plan.failure_kinds if k not in FAILURE_KINDS]
+        if unknown or not plan.failure_kinds:
+            raise ConfigError(f"--faults {a.faults!r}: choose from {', '.join(FAILURE_KINDS)}")
     if a.only:
         plan.sections = [s.strip() for s in a.only.split(",") if s.strip()]
         unknown = [s for s in plan.sections if s not in SECTIONS]
