@@ -31,7 +31,6 @@ from .events import Ev
 from .flatparams import digest
 from .messages import DONE, FAILED, POLICY_CODES, RUNNING, Answer, Grad, Hello
 from .outage import Outage
-from .spare import retire as retire_spares
 from .suspicion import Suspicion
 from .worker import Worker
 
@@ -45,9 +44,7 @@ class AsyncWorker(Worker):
         while self.state == RUNNING:
             self._guarded(self._iteration)
         self._join_repair()
-        self._end_pending_repair()
-        if self.leader:
-            retire_spares(ctx, self.version)
+        self._end_repairs(self.version)
         ctx.log.emit(Ev.DONE, completed=self.state == DONE, version=self.version,
                      slowest_answer_s=round(self.slowest_answer_s, 4))
 

@@ -65,8 +65,7 @@ class Cluster:
     @property
     def replicas(self) -> list[int]:
         """Ranks of the replicas in chain order (by index: a spare that became the tail keeps its rank)."""
-        return sorted((r for r, role in enumerate(self.roles) if role.kind == "replica"),
-                      key=lambda r: self.roles[r].index)
+        return chain_order(self.roles)
 
     def successor(self) -> int | None:
         """The next rank down the chain from this one (the PS: the first replica), None at the tail."""
@@ -192,11 +191,17 @@ def join(parents: MPI.Group, parent_roles: list[Role], spawned: MPI.Group, spawn
     return world, [roles[i] for i in order]
 
 
+def chain_order(roles: list[Role]) -> list[int]:
+    """The ranks of the replicas in chain order: by index, not by rank (a spare that took a
+    replica's role keeps its rank)."""
+    return sorted((r for r, role in enumerate(roles) if role.kind == "replica"), key=lambda r: roles[r].index)
+
+
 def _promote(roles: list[Role]) -> list[Role]:
     """After a death: the first replica in chain order becomes the head if the PS died, and the
     replicas are renumbered 1..k in chain order (by index, not by rank: see Cluster.replicas)."""
     out = list(roles)
-    chain = sorted((r for r, role in enumerate(roles) if role.kind == "replica"), key=lambda r: roles[r].index)
+    chain = chain_order(roles)
     if chain and not any(r.kind == "ps" for r in roles):
         out[chain.pop(0)] = Role("ps")
     for n, r in enumerate(chain, start=1):

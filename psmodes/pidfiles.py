@@ -35,6 +35,16 @@ def read_pid_file(run_dir: str | Path, role: str) -> dict | None:
         return None
 
 
+def pid_files(run_dir: str | Path) -> list[tuple[str, dict]]:
+    """Every role's holder on record, as (role, pid file), in the roles' order."""
+    out = []
+    for path in sorted((Path(run_dir) / "pids").glob("*.json")):
+        info = read_pid_file(run_dir, path.stem)
+        if info is not None:
+            out.append((path.stem, info))
+    return out
+
+
 def alive(pid: int) -> bool:
     """Whether process ``pid`` on this host is alive (a zombie is not)."""
     try:

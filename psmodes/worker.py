@@ -210,18 +210,19 @@ class Worker:
             if self.ctrl.stop != RUNNING:
                 self._join_repair()
                 break
-        self._end_pending_repair()
-        if self.leader:
-            retire_spares(self.ctx, self.ctrl.version)
+        self._end_repairs(self.ctrl.version)
         log.emit(Ev.DONE, completed=self.ctrl.stop == DONE, version=self.ctrl.version,
                  digest=digest(self.flat.weights), slowest_answer_s=round(self.slowest_answer_s, 4))
         self.allreducer.close()
 
-    def _end_pending_repair(self) -> None:
-        """Leader: a shrink happened but the run ends before the respawn was
-        announced; complete the survivors' pending wait for the announcement."""
-        if self.leader and self.repair_due is not None:
+    def _end_repairs(self, version: int) -> None:
+        """Leader, at the run's end (sync and async): if a shrink happened but the respawn was not
+        announced, complete the survivors' pending wait for the announcement; then retire the spares."""
+        if not self.leader:
+            return
+        if self.repair_due is not None:
             self.ctx.announce(ACTION_NONE)
+        retire_spares(self.ctx, version)
 
     def _take_weights(self) -> None:
         if self.ctrl.weights == RECEIVE:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from psmodes.pidfiles import read_pid_file
+from psmodes.pidfiles import pid_files
 
 SIGNAL_LINE = re.compile(rb"^\[([^\]:\s]+):(\d+)\] Signal: ([^\r\n]+)$", re.M)
 MAX_READ = 4 << 20  # bytes per poll: Open MPI can print an error line millions of times
@@ -47,10 +47,9 @@ class CrashScan:
         return crashes
 
     def _role_of(self, host: str, pid: int) -> str | None:
-        for path in sorted((self.run_dir / "pids").glob("*.json")):
-            info = read_pid_file(self.run_dir, path.stem)
-            if info and info.get("pid") == pid and str(info.get("host", host)).split(".")[0] == host.split(".")[0]:
-                return info.get("role", path.stem)
+        for role, info in pid_files(self.run_dir):
+            if info.get("pid") == pid and str(info.get("host", host)).split(".")[0] == host.split(".")[0]:
+                return info.get("role", role)
         return None
 
 

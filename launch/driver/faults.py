@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 from psmodes.killpoints import ENV
-from psmodes.pidfiles import alive, read_pid_file
+from psmodes.pidfiles import alive, pid_files, read_pid_file
 from psmodes.suspicion import FENCER_ENV
 
 from .hosts import in_slurm, is_local
@@ -443,14 +443,12 @@ class Injector:
     def _on_host(self, info: dict) -> list[tuple[str, dict]]:
         """The other processes on ``info``'s host that hold a role now (their pid files), live ones."""
         out, seen = [], {info["pid"]}
-        for path in sorted((self.run_dir / "pids").glob("*.json")):
-            other = read_pid_file(self.run_dir, path.stem)
-            if (other is None or other["pid"] in seen or other["host"] != info["host"]
-                    or (other["pid"], other["host"]) in self.killed
+        for role, other in pid_files(self.run_dir):
+            if (other["pid"] in seen or other["host"] != info["host"] or (other["pid"], other["host"]) in self.killed
                     or (is_local(other["host"]) and not alive(int(other["pid"])))):
                 continue
             seen.add(other["pid"])
-            out.append((path.stem, other))
+            out.append((role, other))
         return out
 
     def _start_script(self, info: dict, point: KillPoint) -> dict:

@@ -256,8 +256,9 @@ def place(roles: list, hosts: list[Host], ps_host: str | None = None, oversubscr
         put(i, open_hosts[0] if open_hosts else min(names, key=lambda n: load[n] / slots[n]))
     spares = [i for i, r in enumerate(roles) if r.kind == "spare"]
     for k, i in enumerate(spares):
-        pool = [n for n in others if free(n) > 0] or [n for n in names if free(n) > 0]
-        if others and not any(free(n) > 0 for n in others):
+        away = [n for n in others if free(n) > 0]
+        pool = away or [n for n in names if free(n) > 0]
+        if others and not away:
             notes.append(f"{roles[i].label} shares a host with the PS: no other host has a free slot")
         put(i, pool[k % len(pool)] if pool else min(names, key=lambda n: load[n] / slots[n]))
     left = total - len(roles)
