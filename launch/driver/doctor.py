@@ -19,6 +19,14 @@ def check(data_dir: str | None = None) -> int:
         rows.append(("torch", f"{torch.__version__} (CUDA {'yes, ' + str(torch.cuda.device_count()) + ' devices' if torch.cuda.is_available() else 'no'})"))
     except ImportError:
         problems.append("torch is not installed: run make setup")
+    try:  # the torchvision workloads (resnet18-fmnist, resnet50-synthetic) need it
+        import torchvision
+
+        rows.append(("torchvision", torchvision.__version__))
+    except Exception as exc:  # noqa: BLE001 - an ImportError, or the nms RuntimeError of a mismatched pair
+        rows.append(("torchvision", f"not usable ({type(exc).__name__}: {str(exc).splitlines()[0][:80]})"))
+        problems.append("torchvision does not import: the resnet workloads cannot run; run make setup "
+                        "(it installs torch with the torchvision built for it)")
     try:  # MPI.Get_library_version: importing mpi4py.MPI initialises MPI, which only doctor wants
         import mpi4py
         from mpi4py import MPI
