@@ -4,7 +4,7 @@ that ``psbench perf`` holds ``--mode none`` against.
     mpirun -n 2 python -m benchmarks.horovod_reference --benchmark fmnist-cnn --steps 600 --out ref.json
 
 Written the way Horovod's own examples (``pytorch_mnist.py``) are: ``hvd.init``,
-``hvd.DistributedOptimizer`` wrapping ``torch.optim.SGD``,
+``hvd.DistributedOptimizer`` wrapping ``torch.optim.SGD`` (``AdamW`` for a workload trained with it),
 ``hvd.broadcast_parameters`` from rank 0, one thread per rank when ranks fill
 the cores, the CUDA device of the local rank when there is one. The model,
 batch size, learning rate, data shards and batch order are psbench's own
@@ -24,6 +24,17 @@ import time
 import numpy as np
 
 
+def _torch_optimizer(torch, model, cfg, workload):
+    """torch's own optimizer with the rule and defaults the PS applies (psmodes/optim.py)."""
+    from psmodes.optim import DEFAULT_MOMENTUM, default_lr
+
+    lr = default_lr(cfg, workload)
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(model.parameters(), lr=lr, betas=cfg.adam_betas, weight_decay=cfg.weight_decay)
+    momentum = DEFAULT_MOMENTUM if cfg.optimizer == "momentum" else 0.0
+    return torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="benchmarks.horovod_reference")
     p.add_argument("--benchmark", default="fmnist-cnn")
@@ -32,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model-params", type=int, default=1_000_000)
     p.add_argument("--data-dir")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--optimizer", help="sgd, momentum or adamw (default: the benchmark's)")
     p.add_argument("--out", required=True, help="JSON file rank 0 writes its figures to")
     a = p.parse_args(argv)
 
@@ -51,17 +63,18 @@ def main(argv: list[str] | None = None) -> int:
 
     workload = get(a.benchmark)
     cfg = RunConfig(benchmark=a.benchmark, steps=a.steps, seed=a.seed, model_params=a.model_params,
-                    data_dir=a.data_dir, workers=hvd.size())
+                    data_dir=a.data_dir, workers=hvd.size(), optimizer=a.optimizer)
     torch.manual_seed(a.seed)
     model = workload.build_model(cfg).to(device)
     model.train()
     x, y = workload.load_train(cfg)
     batches = shard_batches(len(y), hvd.rank(), hvd.size(), workload.batch_size, a.seed)
-    optimizer = torch.optim.SGD(model.parameters(), lr=workload.lr)
+    cfg.validate()  # resolves the workload's optimizer
+    optimizer = _torch_optimizer(torch, model, cfg, workload)
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(), op=hvd.Average)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-    loss_fn = torch.nn.CrossEntropyLoss()
+    loss_fn = workload.loss
 
     cpu0 = time.process_time()
     compute_s, step_s = [], []

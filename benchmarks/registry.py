@@ -15,28 +15,17 @@ import functools
 import importlib
 import importlib.util
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import numpy as np
+
+from . import textlm, vision
+from .workload import Workload  # noqa: F401 - re-exported: users' factories import it from here
 
 
 class WorkloadError(ValueError):
     """A ``--benchmark`` that names no workload, or a factory that does not give one (one line)."""
-
-
-@dataclass(frozen=True)
-class Workload:
-    name: str
-    description: str
-    lr: float
-    batch_size: int
-    needs_data: bool
-    build_model: Callable  # (cfg) -> torch.nn.Module
-    load_train: Callable   # (cfg) -> (inputs ndarray, labels ndarray)
-    load_test: Callable    # (cfg) -> (inputs ndarray, labels ndarray)
-    to_inputs: Callable    # ndarray batch -> torch tensor
 
 
 def _fmnist_model(cfg):
@@ -85,7 +74,7 @@ def _synthetic_inputs(batch):
     return torch.from_numpy(np.ascontiguousarray(batch))
 
 
-WORKLOADS: dict[str, Workload] = {
+WORKLOADS: dict[str, Workload] = {  # the torchvision ones and gpt-tiny are added below, from their modules
     "fmnist-cnn": Workload(
         "fmnist-cnn", "the study's Fashion-MNIST CNN (813k parameters), plain SGD 0.01, batch 32",
         lr=0.01, batch_size=32, needs_data=True,
@@ -100,6 +89,19 @@ WORKLOADS: dict[str, Workload] = {
         to_inputs=_synthetic_inputs,
     ),
 }
+
+
+WORKLOADS.update(vision.workloads())
+WORKLOADS.update(textlm.workloads())
+
+
+def missing_requirement(workload: Workload) -> str | None:
+    """Why ``workload`` cannot run in this install (a module it needs is not there), or None."""
+    for module in workload.requires:
+        if importlib.util.find_spec(module) is None:
+            return (f"benchmark {workload.name} needs {module}, which this install lacks; `make setup` installs "
+                    f"it with its torch (unless PSBENCH_TORCH chose a torch without it)")
+    return None
 
 
 def get(name: str) -> Workload:

@@ -66,8 +66,8 @@ def cmd_run(a: argparse.Namespace) -> int:
     summary = run_job(cfg, quiet=a.quiet)
     print(f"run directory: {cfg.run_dir}")
     print(f"report: {Path(cfg.run_dir) / 'report.md'}")
-    acc = summary["final_accuracy"]
-    print(f"completed: {summary['completed']}  final accuracy: {acc if acc is None else round(acc, 4)}  "
+    value, name = summary["final_metric"], summary["metric"]["name"]
+    print(f"completed: {summary['completed']}  final {name}: {value if value is None else round(value, 4)}  "
           f"samples/s: {summary['samples_per_s']}  ({summary['exit_reason']})")
     return 0 if summary["completed"] else 1
 
@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare = sub.add_parser("compare", help="compare two reports, sweeps, runs or summaries metric by metric")
     compare.add_argument("a", help="report dir (results.json), sweep or run dir, or summary.json")
     compare.add_argument("b")
-    compare.add_argument("--target", type=float, help="target accuracy for runs and summaries (default 0.70)")
+    compare.add_argument("--target", type=float, help="target of the runs' metric for runs and summaries (default: the metric's, accuracy 0.70)")
     compare.add_argument("--out", help="also write the Markdown to this file")
     sub.add_parser("slurm", help="a Slurm batch script for a run or a sweep (--array: a job array), "
                                  "optionally submitted", add_help=False)
@@ -97,7 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_report_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target", type=float, help="target accuracy (default: the sweep's, else 0.70)")
+    p.add_argument("--target", type=float, help="target of the runs' metric: an accuracy to reach, a perplexity to get "
+                   "down to (default: the sweep's, else the metric's own: accuracy 0.70)")
     p.add_argument("--prices", help="instance price table (default: benchmarks/prices.toml)")
     p.add_argument("--instance", help="price the runs as this instance of the price table")
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from benchmarks.registry import WORKLOADS, WorkloadError
+from benchmarks.registry import WORKLOADS, WorkloadError, missing_requirement
 from benchmarks.registry import get as get_workload
 
 from . import modes
@@ -200,9 +200,11 @@ def fraction(value, flag: str) -> None:
 
 def check_benchmark(value, flag: str) -> None:
     try:
-        get_workload(value)
+        why = missing_requirement(get_workload(value))
     except WorkloadError as exc:
         raise ConfigError(str(exc)) from None
+    if why:
+        raise ConfigError(why)
 
 
 def check_betas(value, flag: str) -> None:
@@ -256,8 +258,9 @@ class RunConfig:
                                     group="workload", type=int, check=positive_int)
     lr: float | None = option(None, "--lr", "learning rate (default: the benchmark's)", group="workload",
                               type=float, check=learning_rate)
-    optimizer: str = option("sgd", "--optimizer", "the PS's optimizer: sgd, momentum (SGD with --momentum, default "
-                            "0.9) or adamw (psmodes/optim.py)", group="workload", check=one_of(OPTIMIZERS, "optimizer"))
+    optimizer: str | None = option(None, "--optimizer", "the PS's optimizer: sgd, momentum (SGD with --momentum, "
+                                   "default 0.9) or adamw (psmodes/optim.py); default: the benchmark's (sgd; "
+                                   "gpt-tiny: adamw)", group="workload", check=one_of(OPTIMIZERS, "optimizer"))
     momentum: float = option(0.0, "--momentum", group="workload", check=fraction)
     weight_decay: float = option(0.01, "--weight-decay", "adamw: decoupled weight decay", group="workload",
                                  type=float, check=fraction)
@@ -427,6 +430,8 @@ class RunConfig:
             value = getattr(self, opt.field)
             if opt.check is not None and not (value is None and opt.default is None):
                 opt.check(value, opt.flag)
+        if self.optimizer is None:  # recorded resolved: config.json says what ran
+            self.optimizer = get_workload(self.benchmark).optimizer
         if self.momentum and self.optimizer == "adamw":
             raise ConfigError("--momentum is SGD's; adamw has --betas B1,B2")
         if self.lr_staleness and self.consistency == "sync":

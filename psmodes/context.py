@@ -27,7 +27,7 @@ from .errors import RunFailed
 from .events import Ev, EventLog
 from .flatparams import FlatParams
 from .messages import ACTION_NONE, ACTION_SPAWN, HEADER_LEN, Announce
-from .optim import ADAMW_LR
+from .optim import default_lr
 from .suspicion import COLD_START_S
 
 # a spawn or join still running this long after a member's death is known is given up (see respawn)
@@ -53,7 +53,7 @@ class Context:
         self.cluster = cluster
         self.log = log
         self.workload = get_workload(cfg.benchmark)
-        self.lr = cfg.lr if cfg.lr is not None else (ADAMW_LR if cfg.optimizer == "adamw" else self.workload.lr)
+        self.lr = default_lr(cfg, self.workload)
         self.batch_size = cfg.batch_size or self.workload.batch_size
         self.device = pick_device(cfg)
         self._action_buf = np.zeros(HEADER_LEN, dtype=np.int64)  # an Announce, broadcast by the leader

@@ -3,7 +3,8 @@
 The PS pushes a snapshot every ``--eval-interval`` seconds when the evaluator
 is free (it never waits for it), so evaluation costs the workers nothing but
 the CPU this rank uses. Periodic evaluations use a fixed, seeded subset of
-``--eval-samples`` test images; the final one uses the whole test set.
+``--eval-samples`` test images; the final one uses the whole test set. The score is the workload's metric
+(accuracy for a classifier, perplexity for a language model).
 """
 from __future__ import annotations
 
@@ -27,21 +28,21 @@ def _model(ctx: Context) -> FlatParams:
     return flat
 
 
-def accuracy(ctx: Context, flat: FlatParams, x: np.ndarray, y: np.ndarray, batch: int = 1000) -> float:
-    correct = 0
-    with torch.no_grad():
-        for start in range(0, len(y), batch):
-            inputs = ctx.workload.to_inputs(x[start:start + batch])
-            pred = flat.model(inputs).argmax(dim=1).numpy()
-            correct += int((pred == y[start:start + batch]).sum())
-    return correct / len(y)
+def score(ctx: Context, flat: FlatParams, x: np.ndarray, y: np.ndarray) -> float:
+    """The workload's metric (accuracy, perplexity, ...: benchmarks/metrics.py) of ``flat`` on (x, y)."""
+    return ctx.workload.metric.score(flat.model, ctx.workload.to_inputs, x, y)
 
 
 def evaluate_full(ctx: Context, weights: torch.Tensor) -> float:
     flat = _model(ctx)
     flat.weights.copy_(weights)
     x, y = ctx.workload.load_test(ctx.cfg)
-    return accuracy(ctx, flat, x, y)
+    return score(ctx, flat, x, y)
+
+
+def emit_eval(ctx: Context, value: float, **fields) -> None:
+    """One evaluation: the metric's value under ``value``, its name under ``metric``."""
+    ctx.log.emit(Ev.EVAL, value=value, metric=ctx.workload.metric.name, **fields)
 
 
 class Evaluator:
@@ -65,13 +66,10 @@ class Evaluator:
             tp.recv_payload(c.world, self.flat.weights.numpy(), c.ps, tp.TAG_EVAL, ctx.peer_timeout, "evaluator receives")
             final = snap.final
             t0 = time.perf_counter()
-            if final:
-                acc = accuracy(ctx, self.flat, self.x, self.y)
-            else:
-                acc = accuracy(ctx, self.flat, self.sub_x, self.sub_y)
-            ctx.log.emit(Ev.EVAL, ps_step=snap.version, accuracy=acc, final=final, t_snapshot=snap.t_ms / 1000.0,
-                         t0_ms=snap.t0_ms, samples=len(self.y) if final else len(self.sub_y),
-                         eval_s=time.perf_counter() - t0)
+            value = score(ctx, self.flat, self.x, self.y) if final else score(ctx, self.flat, self.sub_x, self.sub_y)
+            emit_eval(ctx, value, ps_step=snap.version, final=final, t_snapshot=snap.t_ms / 1000.0,
+                      t0_ms=snap.t0_ms, samples=len(self.y) if final else len(self.sub_y),
+                      eval_s=time.perf_counter() - t0)
             if final:
                 ctx.log.emit(Ev.DONE, completed=True)
                 return True

@@ -54,7 +54,7 @@ class Ev(StrEnum):
     CATCH_UP = "catch_up"              # hybrid: the leader's kept gradients sent to a promoted head: vectors, seconds
     RECOVERED = "recovered"            # the outage (psmodes.outage.Outage.recovered)
     # the evaluator
-    EVAL = "eval"                      # ps_step, accuracy, final, t_snapshot, samples, eval_s
+    EVAL = "eval"                      # ps_step, value, metric, final, t_snapshot, samples, eval_s
     # the launcher
     LAUNCH = "launch"                  # the mpirun command and its start
     KILL = "kill"                      # a fault sent: target role, pid, host, t_s

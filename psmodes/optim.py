@@ -23,7 +23,8 @@ from __future__ import annotations
 import torch
 
 DEFAULT_MOMENTUM = 0.9  # --optimizer momentum without --momentum
-ADAMW_LR = 1e-3        # --optimizer adamw without --lr (the workloads' defaults are SGD's)
+ADAMW_LR = 1e-3        # --optimizer adamw without --lr on a workload whose default is SGD
+SGD_LR = 0.01          # --optimizer sgd or momentum without --lr on a workload whose default is adamw
 
 
 def sgd_step_(weights: torch.Tensor, grad: torch.Tensor, lr: float, trainable: int | None = None) -> None:
@@ -129,6 +130,17 @@ class FlatAdamW(FlatOptimizer):
         w.addcdiv_(m, self._denom, value=-lr / (1 - b1 ** t))
         follow_buffers_(self.weights, grad, self.trainable)
         self.version = t
+
+
+def default_lr(cfg, workload) -> float:
+    """``--lr``, else the workload's when it runs with its own optimizer (an SGD lr for SGD or momentum),
+    else the optimizer's default (an SGD workload under adamw: ADAMW_LR)."""
+    if cfg.lr is not None:
+        return cfg.lr
+    adam, workload_adam = cfg.optimizer == "adamw", workload.optimizer == "adamw"
+    if adam == workload_adam:
+        return workload.lr
+    return ADAMW_LR if adam else SGD_LR
 
 
 def make_optimizer(weights: torch.Tensor, ctx, trainable: int | None = None) -> FlatOptimizer:

@@ -247,11 +247,10 @@ class ParameterServer:
             self._push_snapshot(final=True)
             tp.wait(self._eval_sends.on(c.world), ctx.outage_timeout, "final snapshot")
         else:
-            from .evaluator import evaluate_full
+            from .evaluator import emit_eval, evaluate_full
 
-            acc = evaluate_full(ctx, self.opt.weights)
-            ctx.log.emit(Ev.EVAL, ps_step=self.opt.version, accuracy=acc, final=True,
-                         t_snapshot=time.time(), t0_ms=self.t0_ms, samples=None)
+            emit_eval(ctx, evaluate_full(ctx, self.opt.weights), ps_step=self.opt.version, final=True,
+                      t_snapshot=time.time(), t0_ms=self.t0_ms, samples=None)
         self.mode.ps_close(self)
         ctx.log.emit(Ev.PS_TIMING, numel=self.numel, sends_weights=not self.workers_apply, **self.timing.medians())
         ctx.log.emit(Ev.DONE, version=self.opt.version, completed=True, digest=digest(self.opt.weights))

@@ -84,7 +84,7 @@ class Worker:
             a.overlap([p for p in self.flat.model.parameters() if p.requires_grad], self.flat.grads)
         spec = cfg.slow_worker_spec
         self.slow_factor = spec[1] if spec and spec[0] == self.index else 1.0
-        self.loss_fn = torch.nn.CrossEntropyLoss()
+        self.loss_fn = ctx.workload.loss
         self.numel = self.flat.numel
         # host buffers: what travels over MPI (the model may live on a GPU)
         self.weights_in = np.zeros(self.numel, dtype=np.float32)  # the last weights received

@@ -50,8 +50,8 @@ def _trial(tmp_path, mode="chain", **cfg_kw):
 
 def _summary(**kw):
     s = {"completed": True, "exit_reason": "completed", "failures": [], "recoveries": [],
-         "kills": [{"t_s": 5.0}], "accuracy_timeline": [[4.0, 100, 0.8], [9.0, 200, 0.85]],
-         "final_accuracy": 0.86, "buffered_sent": 0, "buffered_applied": 0}
+         "kills": [{"t_s": 5.0}], "metric_timeline": [[4.0, 100, 0.8], [9.0, 200, 0.85]],
+         "final_metric": 0.86, "buffered_sent": 0, "buffered_applied": 0}
     s.update(kw)
     return s
 
@@ -79,7 +79,7 @@ def test_relaxed_chain_may_lose_the_state_in_flight(tmp_path):
     ("checkpoint", {"checkpoint_every": 10, "checkpoint_sync": True}, {"recoveries": [{"fault": 0, "lost_steps": 11}]},
      "allows 10"),
     ("stateless", {}, {"buffered_sent": 40, "buffered_applied": 20}, "40 buffered updates handed over, 20 applied"),
-    ("chain", {}, {"final_accuracy": 0.70}, "accuracy: 0.700 at the end, 0.800 before the first kill"),
+    ("chain", {}, {"final_metric": 0.70}, "accuracy: 0.700 at the end, 0.800 before the first kill"),
     ("chain", {}, {"completed": False, "exit_reason": "watchdog: the run exceeded", "failures": []}, "deadline"),
     ("chain", {}, {"completed": False, "exit_reason": "incomplete", "failures": []}, "neither completed nor failed"),
     ("chain", {}, {"completed": False, "exit_reason": "PeerTimeout: evaluator receives: no answer in 60 s",

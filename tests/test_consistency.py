@@ -85,7 +85,7 @@ def test_async_survives_ps_kill(tmp_path, mode):
         (replayed,) = events(out, "replayed")
         assert replayed["workers"] == 3
         assert rec["idle_s"] < 1.5  # the workers trained through the outage
-    assert s["final_accuracy"] is not None
+    assert s["final_metric"] is not None
 
 
 @pytest.mark.parametrize("replay", ["local", "sequential"])

@@ -29,7 +29,7 @@ def check_checkpoint_recovery(out, s, k):
                  and c["version"] > resume["from_version"]]
     assert 0 <= rec["lost_steps"] <= (2 * k if in_flight else k), (rec, in_flight)
     assert rec["idle_s"] >= 2.0  # the restart delay at least
-    assert s["final_accuracy"] is not None
+    assert s["final_metric"] is not None
     return rec
 
 

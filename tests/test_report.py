@@ -67,7 +67,7 @@ def write_run(folder: Path, mode: str, seed: int, acc: float, kills: int = 0, su
         (folder / "summary.json").write_text(summary)
         return folder
     s = {"summary_version": 1, "benchmark": "synthetic", "mode": mode, "workers": 2, "seed": seed,
-         "completed": True, "exit_reason": "completed", "final_accuracy": acc, "accuracy_timeline": timeline,
+         "completed": True, "exit_reason": "completed", "final_metric": acc, "metric_timeline": timeline,
          "samples_per_s": 1000.0 + 10 * seed, "steps": 400, "train_s": 20.0, "wall_s": 30.0,
          "kills": [{"t_s": 10.0, "pid": 1, "host": "h", "role": "ps", "at": "10s"}] if kills else [],
          "detections": [{"latency_s": 0.05}] if kills else [],
@@ -118,7 +118,7 @@ def test_report_renders_and_marks_broken_runs(fake_sweep, tmp_path):
     # the findings come from the numbers: sd 0.02 on both sides, means 0.04 apart over 3 seeds each:
     # t = 0.04 / sqrt(2 * 0.02**2 / 3) = 2.449, df = 4, two-sided p = 0.0705
     findings = text.split("## Findings")[1].split("## Results")[0]
-    assert "**checkpoint-kills1** ended 0.040 below the no-kill reference none-kills0 (0.820 → 0.780)" in findings
+    assert "**checkpoint-kills1** ended 0.040 worse than the no-kill reference none-kills0 (accuracy 0.820 → 0.780)" in findings
     assert "the difference is not significant at 95% (p = 0.070, Welch's t-test)" in findings
     assert (out / "accuracy.png").exists() and "![accuracy over time" in text
     for section_title in ("## Cost", "## Configuration", "## Machine", "## Library versions", "## Reproduce"):
@@ -126,7 +126,7 @@ def test_report_renders_and_marks_broken_runs(fake_sweep, tmp_path):
     results = json.loads((out / "results.json").read_text())
     ck = next(c for c in results["configs"] if c["label"] == "checkpoint-kills1")
     assert ck["runs"] == 6 and ck["completed"] == 3
-    assert ck["metrics"]["final_accuracy"]["values"] == [0.76, 0.78, 0.80]
+    assert ck["metrics"]["final_metric"]["values"] == [0.76, 0.78, 0.80]
     assert len(results["runs"]) == 9
     assert {r["status"] for r in results["runs"]} == {"completed", "broken", "incomplete", "failed"}
     assert (out / "results.csv").read_text().count("\n") == 10
@@ -154,12 +154,12 @@ def test_compare_two_fixed_summaries(tmp_path):
     a.mkdir(), b.mkdir()
     base = {"completed": True, "exit_reason": "completed", "train_s": 20.0,
             "kills": [{"t_s": 7.0, "role": "ps"}]}
-    (a / "summary.json").write_text(json.dumps({**base, "mode": "checkpoint", "final_accuracy": 0.80,
-        "accuracy_timeline": [[0, 0, 0.1], [5, 100, 0.6], [10, 200, 0.75], [20, 400, 0.8]],
+    (a / "summary.json").write_text(json.dumps({**base, "mode": "checkpoint", "final_metric": 0.80,
+        "metric_timeline": [[0, 0, 0.1], [5, 100, 0.6], [10, 200, 0.75], [20, 400, 0.8]],
         "samples_per_s": 1500.0, "detections": [{"latency_s": 0.05}],
         "recoveries": [{"recovery_s": 8.0, "lost_steps": 40, "idle_s": 9.5, "buffered_updates": 0}]}))
-    (b / "summary.json").write_text(json.dumps({**base, "mode": "chain", "final_accuracy": 0.78,
-        "accuracy_timeline": [[0, 0, 0.1], [5, 100, 0.65], [8, 160, 0.71], [20, 420, 0.78]],
+    (b / "summary.json").write_text(json.dumps({**base, "mode": "chain", "final_metric": 0.78,
+        "metric_timeline": [[0, 0, 0.1], [5, 100, 0.65], [8, 160, 0.71], [20, 420, 0.78]],
         "samples_per_s": 1600.0, "detections": [{"latency_s": 0.04}],
         "recoveries": [{"recovery_s": 0.6, "lost_steps": 0, "idle_s": 0.5, "buffered_updates": 0}]}))
     proc = psbench("compare", str(a / "summary.json"), str(b / "summary.json"), "--out", str(tmp_path / "c.md"))
@@ -185,7 +185,7 @@ def test_compare_two_reports_tests_significance(fake_sweep, tmp_path):
     assert first.returncode == 0, first.stderr
     results = json.loads((tmp_path / "a" / "results.json").read_text())
     for c in results["configs"]:  # B: the same runs, 0.05 more accurate everywhere
-        fa = c["metrics"]["final_accuracy"]
+        fa = c["metrics"]["final_metric"]
         fa["values"] = [round(v + 0.05, 4) for v in fa["values"]]
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "results.json").write_text(json.dumps(results))
@@ -263,7 +263,7 @@ def test_outage_section_finds_where_stateless_overtakes_checkpoint(tmp_path):
     text = (tmp_path / "r" / "report.md").read_text()
     section = text.split("## Outage length")[1].split("\n## ")[0]
     assert "**stateless** ends above checkpoint from a restart delay of 10 s on" in section, section
-    assert (tmp_path / "r" / "outage-accuracy_lost.png").exists() and (tmp_path / "r" / "outage-worst_dip.png").exists()
+    assert (tmp_path / "r" / "outage-metric_lost.png").exists() and (tmp_path / "r" / "outage-worst_dip.png").exists()
     # the findings compare the modes at each delay, not every configuration alone
     assert "restart-delay10" in text.split("## Findings")[1].split("## Results")[0]
 
@@ -313,3 +313,24 @@ def test_training_throughput_leaves_the_outages_out():
     assert rate == pytest.approx(80 * 64 / 8.0, rel=0.02)  # 80 steps outside [3, 5) in 8 s
     # a death never recovered: the rest of the run is outage
     assert training_throughput(steps, t0, 10.0, faults[:1], []) == pytest.approx(30 * 64 / 3.0, rel=0.04)
+
+
+def test_a_report_of_a_metric_to_minimise_ranks_lower_as_better(tmp_path):
+    """gpt-tiny's perplexity: the table names it, the time to --target counts a fall to it, and the
+    findings call the lower final value the better one."""
+    root = tmp_path / "lm"
+    for mode, finals in (("none", [5.0, 5.2, 5.4]), ("checkpoint", [6.0, 6.2, 6.4])):
+        for seed, final in enumerate(finals):
+            timeline = [[0.0, 0, 250.0], [5.0, 100, 12.0], [10.0 + seed, 200, 8.0], [20.0, 400, final]]
+            write_run(root / f"{mode}-s{seed}", mode, seed, final, kills=0 if mode == "none" else 1,
+                      summary={"benchmark": "gpt-tiny", "metric": {"name": "perplexity", "higher_is_better": False},
+                               "metric_timeline": timeline})
+    proc = psbench("report", str(root), "--out", str(tmp_path / "r"), "--target", "10")
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "r" / "report.md").read_text()
+    assert "scored by perplexity, target 10" in text and "| final perplexity " in text
+    assert "**checkpoint-kills1** ended 1.000 worse than the no-kill reference" in text, text
+    assert "10.0 ± " in text  # every seed fell to 8 <= 10 at 10 + seed s
+    assert (tmp_path / "r" / "perplexity.png").exists()
+    bad = psbench("report", str(root), "--out", str(tmp_path / "r2"), "--target", "-1")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr

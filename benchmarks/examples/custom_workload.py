@@ -13,8 +13,11 @@ configuration ``cfg`` (a psmodes.config.RunConfig: ``cfg.seed``, ``cfg.data_dir`
   trains on its strided shard of the training set, the evaluator scores the test set.
 - ``to_inputs(batch)``: a numpy batch of inputs -> the tensor the model takes.
 
-The loss is cross-entropy and the evaluator reports accuracy (the metric of every workload
-today). Load data from local files only: the ranks have no network.
+Optional: ``loss`` (default cross-entropy over the last axis), ``metric`` (a
+``benchmarks.metrics.Metric``: what the evaluator scores and which way is better; default
+accuracy, ``PERPLEXITY`` for a language model), ``optimizer`` (the PS's default: ``sgd``,
+``momentum`` or ``adamw``; ``lr`` is that optimizer's) and ``requires`` (modules to check
+for before mpirun starts). Load data from local files only: the ranks have no network.
 
 Here: a two-layer MLP on points of three interleaved spirals (no files needed).
 """

@@ -60,11 +60,11 @@ def accuracy_claim(name: str, group: list[ConfigAggregate]) -> list[dict]:
     """Stateless "improves accuracy as much as 10% in the face of a failure": its best final accuracy
     against the best of checkpoint and chain in the same setting."""
     rows = []
-    s = _best(_by_mode(group, "stateless"), "final_accuracy")
-    other = _best(_by_mode(group, "checkpoint") + _by_mode(group, "chain"), "final_accuracy")
+    s = _best(_by_mode(group, "stateless"), "final_metric")
+    other = _best(_by_mode(group, "checkpoint") + _by_mode(group, "chain"), "final_metric")
     if s and other:
-        est = diff_ci(s.values["final_accuracy"], other.values["final_accuracy"])
-        rel = est.mean / other.estimates["final_accuracy"].mean * 100 if other.estimates["final_accuracy"].mean else None
+        est = diff_ci(s.values["final_metric"], other.values["final_metric"])
+        rel = est.mean / other.estimates["final_metric"].mean * 100 if other.estimates["final_metric"].mean else None
         rows.append({"setting": name, "measured": f"{s.label} - {other.label}: final accuracy {_ci(est)}"
                      + (f" ({rel:+.1f} %)" if rel is not None else ""), "verdict": verdict(est, +1)})
     return rows
@@ -90,7 +90,7 @@ def cost_claim(name: str, group: list[ConfigAggregate]) -> list[dict]:
     cost per run where a configuration never reached it), stateless against checkpoint. Similar:
     the interval of the difference lies within 10 % of checkpoint's cost."""
     rows = []
-    s, c = _best(_by_mode(group, "stateless"), "final_accuracy"), _best(_by_mode(group, "checkpoint"), "final_accuracy")
+    s, c = _best(_by_mode(group, "stateless"), "final_metric"), _best(_by_mode(group, "checkpoint"), "final_metric")
     if not (s and c):
         return rows
     key = "cost_to_target_usd" if s.estimates["cost_to_target_usd"].mean and c.estimates["cost_to_target_usd"].mean \

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
+from benchmarks import metrics
 from psmodes import modes
 from psmodes.config import FORMAT_VERSION, ConfigError
 from psmodes.events import Ev, read_events
@@ -29,9 +30,8 @@ from psmodes.events import Ev, read_events
 from . import naming
 from .faults import fault_list
 from .stats import Estimate, mean_ci
-from .summary import SUMMARY_VERSION, summarize
+from .summary import SUMMARY_VERSION, final_metric, metric_timeline, summarize
 
-DEFAULT_TARGET = 0.70
 
 
 @dataclass(frozen=True)
@@ -44,11 +44,13 @@ class Metric:
 
 
 METRICS = [
-    Metric("final_accuracy", "final accuracy", "{:.3f}", "high",
-           "test accuracy of the final weights (the whole test set)"),
+    Metric("final_metric", "final metric", "{:.3f}", "high",
+           "the workload's metric (accuracy: higher is better; perplexity: lower is better) of the final "
+           "weights on the whole test set; the tables name it"),
     Metric("time_to_target_s", "time to target (s)", "{:.1f}", "low",
-           "seconds from the start of training to the first evaluation at or above the target accuracy; "
-           "(k/n): only k of n seeds reached it, the mean is over those"),
+           "seconds from the start of training to the first evaluation that reaches the target (at or above "
+           "it; for a metric to minimise, at or below it); (k/n): only k of n seeds reached it, the mean is "
+           "over those"),
     Metric("samples_per_s", "samples/s", "{:.0f}", "high",
            "training samples per second over all workers, the outages taken out (from each failure to the "
            "first update after it: how fast it trains, not how long its failures took; evaluation runs on its "
@@ -86,9 +88,10 @@ METRICS = [
     Metric("cost_usd", "cost per run ($)", "{:.3g}", "low",
            "rank-seconds of the run priced from the instance price table"),
     Metric("cost_to_target_usd", "cost to target ($)", "{:.3g}", "low",
-           "the same price for the time to the target accuracy"),
+           "the same price for the time to the target"),
 ]
 METRIC_BY_KEY = {m.key: m for m in METRICS}
+LEGACY_KEYS = {"final_metric": "final_accuracy"}  # results.json written before the metric was declared
 ROLES = ("ps", "replica", "evaluator", "worker")
 
 
@@ -112,7 +115,11 @@ class RunRecord:
 
     @property
     def timeline(self) -> list:
-        return sorted((self.summary or {}).get("accuracy_timeline") or [])
+        return sorted(metric_timeline(self.summary or {}))
+
+    @property
+    def metric(self) -> metrics.Metric:
+        return metrics.of_summary(self.summary or {})
 
     @property
     def kills(self) -> list:
@@ -144,13 +151,18 @@ class ConfigAggregate:
         return [r for r in self.runs if r.status == "completed"]
 
     @property
+    def metric(self) -> metrics.Metric:
+        """The metric its runs were scored by (one workload per configuration, so one metric)."""
+        return next((r.metric for r in self.runs if r.summary), metrics.ACCURACY)
+
+    @property
     def has_kills(self) -> bool:
         return bool(naming.kill_specs(self.config.get("kill_ps")) or naming.kill_specs(self.config.get("kill_replica")))
 
     def record(self) -> dict:
         return {"label": self.label, "config": naming.identity(self.config), "runs": len(self.runs),
                 "completed": len(self.completed), "seeds": [r.seed for r in self.completed],
-                "reached_target": self.reached, "reference": self.reference,
+                "reached_target": self.reached, "reference": self.reference, "metric": self.metric.as_dict(),
                 "metrics": {k: {"mean": e.mean, "ci95": e.half_width, "n": e.n, "values": self.values[k]}
                             for k, e in self.estimates.items()},
                 "rank_s": {r: mean_ci([run.rank_s.get(r) for run in self.completed]).mean for r in ROLES}}
@@ -188,7 +200,7 @@ def newer_format(config: dict, path: Path) -> str | None:
     return None
 
 
-def load_run(path: Path, root: Path, target: float) -> RunRecord:
+def load_run(path: Path, root: Path, target: float | None) -> RunRecord:
     path = Path(path)
     rel = str(path.relative_to(root)) if path != root and path.is_relative_to(root) else path.name
     try:
@@ -264,9 +276,9 @@ def _run_command(path: Path) -> str | None:
 
 # ---------------------------------------------------------------- per-run figures
 
-def time_to_target(timeline: list, target: float) -> float | None:
-    for t, _step, acc in sorted(timeline):
-        if acc is not None and acc >= target:
+def time_to_target(timeline: list, target: float, metric: metrics.Metric = metrics.ACCURACY) -> float | None:
+    for t, _step, value in sorted(timeline):
+        if value is not None and metric.reached(value, target):
             return float(t)
     return None
 
@@ -285,20 +297,23 @@ def checkpoint_overhead_pct(path: Path | None, config: dict, train_s) -> float |
     return 100.0 * total / float(train_s)
 
 
-def run_metrics(summary: dict, config: dict | None, target: float, path: Path | None = None) -> dict:
-    """The report's figures of one run (None where a figure does not apply)."""
+def run_metrics(summary: dict, config: dict | None, target: float | None, path: Path | None = None) -> dict:
+    """The report's figures of one run (None where a figure does not apply); the time to ``target``, or
+    without one to its metric's default target (accuracy 0.70; a metric without a default: no time)."""
     config = config or {}
     kills = fault_list(summary)  # every failure, injected or not
     dets = [d.get("latency_s") for d in summary.get("detections") or []]
     recs = summary.get("recoveries") or []
     recovered = bool(kills) and bool(recs)
-    tt = time_to_target(summary.get("accuracy_timeline") or [], target)
+    metric = metrics.of_summary(summary)
+    goal = metric.default_target if target is None else target
+    tt = time_to_target(metric_timeline(summary), goal, metric) if goal is not None else None
     backs = summary.get("setbacks") or []
     dips = [b["dip"] for b in backs if b.get("dip") is not None]
     regained = [b["regained_s"] for b in backs if b.get("regained_s") is not None]
     lost = [b["lost_samples"] for b in backs if b.get("lost_samples") is not None]
     out = {
-        "final_accuracy": summary.get("final_accuracy"),
+        "final_metric": final_metric(summary),
         "time_to_target_s": tt,
         "samples_per_s": summary.get("samples_per_s"),
         "detection_latency_s": mean_ci(dets).mean if kills else None,
@@ -329,7 +344,7 @@ def rank_seconds(config: dict, summary: dict) -> dict:
 
 # ---------------------------------------------------------------- grouping
 
-def collect(root: Path, target: float = DEFAULT_TARGET, pricing=None) -> tuple[list[RunRecord], list[ConfigAggregate]]:
+def collect(root: Path, target: float | None = None, pricing=None) -> tuple[list[RunRecord], list[ConfigAggregate]]:
     """Every run below ``root`` and the aggregates of its configurations (in a stable order)."""
     root = Path(root)
     runs = [load_run(p, root, target) for p in find_run_dirs(root)]

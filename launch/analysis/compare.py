@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from benchmarks import metrics
 from psmodes.config import ConfigError
 
-from .collect import DEFAULT_TARGET, METRICS, RunRecord, collect, rank_seconds, run_metrics
+from .collect import LEGACY_KEYS, METRICS, RunRecord, collect, rank_seconds, run_metrics
 from .cost import Pricing
 from .lazy import frame
 from .report import fmt_est
@@ -29,7 +30,8 @@ class Side:
     def __init__(self, path: str | Path, target: float | None) -> None:
         self.path = Path(path)
         self.given = target
-        self.target = DEFAULT_TARGET if target is None else target
+        self.target = target  # None: each metric's default (benchmarks/metrics.py)
+        self.metric_names: set[str] = set()
         self.notes: list[str] = []
         self.configs: dict[str, dict[str, list]] = {}
         self._load()
@@ -56,6 +58,7 @@ class Side:
                 raise ConfigError(f"{p} holds no runs and no results.json")
             for a in aggs:
                 self.configs[a.label] = {m.key: a.values[m.key] for m in METRICS}
+                self.metric_names.add(a.metric.name)
             return None
         raise ConfigError(f"{p} not found")
 
@@ -68,9 +71,11 @@ class Side:
                 self.notes.append(f"its time-to-target figures use target {data['target']} (fixed in its results)")
             self.target = data["target"]
         for c in data["configs"]:
-            metrics = c.get("metrics") or {}
-            self.configs[str(c.get("label"))] = {m.key: list((metrics.get(m.key) or {}).get("values") or [])
-                                                 for m in METRICS}
+            figures = c.get("metrics") or {}
+            self.configs[str(c.get("label"))] = {
+                m.key: list((figures.get(m.key) or figures.get(LEGACY_KEYS.get(m.key)) or {}).get("values") or [])
+                for m in METRICS}
+            self.metric_names.add((c.get("metric") or {}).get("name", "accuracy"))
 
     def _summary(self, summary: dict, folder: Path) -> None:
         config = _json(folder / "config.json") if (folder / "config.json").exists() else None
@@ -84,6 +89,7 @@ class Side:
             pricing = _pricing()
             if pricing:
                 pricing.price(rec)
+        self.metric_names.add(rec.metric.name)
         if not summary.get("completed"):
             self.notes.append(f"the run did not complete ({summary.get('exit_reason')})")
         label = str(summary.get("mode") or (config or {}).get("mode") or folder.name)
@@ -118,13 +124,13 @@ def _diff(metric, a: list, b: list) -> str:
     return metric.fmt.format(0.0) if float(text) == 0 else text
 
 
-def table(a: dict[str, list], b: dict[str, list]) -> str:
+def table(a: dict[str, list], b: dict[str, list], metric_name: str = "metric") -> str:
     rows = []
     for m in METRICS:
         va, vb = a.get(m.key) or [], b.get(m.key) or []
         if not va and not vb:
             continue
-        rows.append({"metric": m.title, "A": _cell(m.key, va), "B": _cell(m.key, vb), "B − A": _diff(m, va, vb),
+        rows.append({"metric": f"final {metric_name}" if m.key == "final_metric" else m.title, "A": _cell(m.key, va), "B": _cell(m.key, vb), "B − A": _diff(m, va, vb),
                      "significant at 95%?": welch(va, vb).text() if va and vb else NA})
     if not rows:
         return "(no figures on either side)"
@@ -132,12 +138,19 @@ def table(a: dict[str, list], b: dict[str, list]) -> str:
 
 
 def compare(a: str | Path, b: str | Path, target: float | None = None) -> str:
-    if target is not None and not 0 < target <= 1:
-        raise ConfigError(f"--target must be an accuracy in (0, 1], got {target}")
+    if target is not None and not target > 0:
+        raise ConfigError(f"--target must be a positive value of the runs' metric, got {target}")
     A, B = Side(a, target), Side(b, target)
-    targets = f"{A.target:.2f}" if A.target == B.target else f"{A.target:.2f} (A), {B.target:.2f} (B)"
+    names = A.metric_names | B.metric_names
+    for name in names:
+        why = target is not None and metrics.METRICS.get(name) and metrics.METRICS[name].valid_target(target)
+        if why:
+            raise ConfigError(why)
+    metric_name = names.pop() if len(names) == 1 else "metric"
+    show = lambda t: "each metric's default" if t is None else f"{t:g}"  # noqa: E731
+    targets = show(A.target) if A.target == B.target else f"{show(A.target)} (A), {show(B.target)} (B)"
     lines = ["# psbench compare", "",
-             f"A: `{A.path}`; B: `{B.path}`; target accuracy {targets}. Cells: mean ± 95% CI over seeds (n); "
+             f"A: `{A.path}`; B: `{B.path}`; scored by {metric_name}, target {targets}. Cells: mean ± 95% CI over seeds (n); "
              "significant: Welch's t-test p < 0.05 (needs n >= 2 on both sides).", ""]
     for name, side in (("A", A), ("B", B)):
         for note in side.notes:
@@ -146,13 +159,13 @@ def compare(a: str | Path, b: str | Path, target: float | None = None) -> str:
         lines.append("")
     if len(A.configs) == 1 and len(B.configs) == 1:
         (la, va), (lb, vb) = next(iter(A.configs.items())), next(iter(B.configs.items()))
-        lines += [f"## {la}" if la == lb else f"## A: {la} vs B: {lb}", "", table(va, vb), ""]
+        lines += [f"## {la}" if la == lb else f"## A: {la} vs B: {lb}", "", table(va, vb, metric_name), ""]
         return "\n".join(lines).rstrip() + "\n"
     common = [label for label in A.configs if label in B.configs]
     if not common:
         raise ConfigError(f"A and B share no configuration label (A: {', '.join(A.configs)}; B: {', '.join(B.configs)})")
     for label in common:
-        lines += [f"## {label}", "", table(A.configs[label], B.configs[label]), ""]
+        lines += [f"## {label}", "", table(A.configs[label], B.configs[label], metric_name), ""]
     only_a = [label for label in A.configs if label not in B.configs]
     only_b = [label for label in B.configs if label not in A.configs]
     if only_a:

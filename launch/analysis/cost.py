@@ -5,7 +5,7 @@ replicas, evaluator, workers) for its training seconds, priced at the
 instance's $/hour divided by its vCPUs. A rank that trained on a GPU is
 priced at the instance's $/hour divided by its GPUs instead; GPU runs use the
 table's ``default_gpu`` instance, CPU runs its ``default_cpu`` one, unless
-``--instance`` names one for all. The cost to reach the target accuracy is
+``--instance`` names one for all. The cost to reach the target (of the runs' metric) is
 the same price over the time to the target.
 """
 from __future__ import annotations

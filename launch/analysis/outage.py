@@ -5,7 +5,7 @@ It appears when configurations with kills differ in ``--restart-delay`` (the tim
 replacement takes to be provisioned). A *series* is one mode with its options (stateless
 with one replay policy, checkpoint with its K, ...); its points are its configurations,
 one per restart delay, at the outage they measured (the mean kill-to-first-update over
-seeds). Per figure (the final accuracy lost against the no-kill reference, the worst dip,
+seeds). Per figure (the final metric lost against the no-kill reference, the worst dip,
 the time to target) a plot with one line per series and its 95% confidence band, and a
 table; then the finding the study is about: from which outage on, if any, a stateless
 series ends above checkpoint, and whether that difference is significant.
@@ -21,7 +21,7 @@ from .lazy import pyplot
 from .stats import mean_ci, welch
 
 DELAY = "restart_delay_s"
-FIGURES = (("accuracy_lost", "final accuracy lost against the no-kill reference"),
+FIGURES = (("metric_lost", "final metric lost against the no-kill reference (accuracy lost, perplexity gained)"),
            ("worst_dip", "worst dip after the failure"),
            ("time_to_target_s", "time to target (s)"))
 
@@ -42,12 +42,12 @@ def series(aggs: list[ConfigAggregate]) -> dict[str, list[ConfigAggregate]]:
 
 
 def values(agg: ConfigAggregate, key: str, by_label: dict) -> list:
-    """Per-seed values of a figure; the accuracy lost is against the reference's mean."""
-    if key != "accuracy_lost":
+    """Per-seed values of a figure; the metric lost is against the reference's mean (positive: worse)."""
+    if key != "metric_lost":
         return agg.values.get(key, [])
     ref = by_label.get(agg.reference)
-    ref_mean = ref.estimates["final_accuracy"].mean if ref else None
-    return [] if ref_mean is None else [ref_mean - v for v in agg.values["final_accuracy"] if v is not None]
+    ref_mean = ref.estimates["final_metric"].mean if ref else None
+    return [] if ref_mean is None else [agg.metric.drop(ref_mean, v) for v in agg.values["final_metric"] if v is not None]
 
 
 def outage_of(agg: ConfigAggregate) -> float | None:
@@ -55,7 +55,7 @@ def outage_of(agg: ConfigAggregate) -> float | None:
 
 
 def crossover(lines: dict[str, list[ConfigAggregate]]) -> list[str]:
-    """Where each stateless series overtakes checkpoint (same restart delay, higher final accuracy
+    """Where each stateless series overtakes checkpoint (same restart delay, a better final metric
     from that delay on), with the test at the first such delay."""
     base = next((g for g in lines.values() if g[0].config.get("mode") == "checkpoint"), None)
     if base is None:
@@ -68,17 +68,18 @@ def crossover(lines: dict[str, list[ConfigAggregate]]) -> list[str]:
         pairs = [(a, at[a.config.get(DELAY)]) for a in group if a.config.get(DELAY) in at]
         if not pairs:
             continue
-        ahead = [a.estimates["final_accuracy"].mean is not None and c.estimates["final_accuracy"].mean is not None
-                 and a.estimates["final_accuracy"].mean > c.estimates["final_accuracy"].mean for a, c in pairs]
+        ahead = [a.estimates["final_metric"].mean is not None and c.estimates["final_metric"].mean is not None
+                 and a.metric.better(a.estimates["final_metric"].mean, c.estimates["final_metric"].mean)
+                 for a, c in pairs]
         first = next((i for i in range(len(pairs)) if all(ahead[i:])), None)
         if first is None:
             out.append(f"- **{name}** never ends above checkpoint at the same restart delay "
                        f"({', '.join(f'{p[0].config.get(DELAY):g} s' for p in pairs)}).")
             continue
         a, c = pairs[first]
-        sig = [welch(x.values["final_accuracy"], y.values["final_accuracy"]) for x, y in pairs[first:]]
+        sig = [welch(x.values["final_metric"], y.values["final_metric"]) for x, y in pairs[first:]]
         n_sig = sum(1 for t in sig if t.significant)
-        gap = a.estimates["final_accuracy"].mean - c.estimates["final_accuracy"].mean
+        gap = -a.metric.drop(c.estimates["final_metric"].mean, a.estimates["final_metric"].mean)  # > 0: better
         out.append(f"- **{name}** ends above checkpoint from a restart delay of {a.config.get(DELAY):g} s on "
                    f"(outage {outage_of(a) or 0:.1f} s against checkpoint's {outage_of(c) or 0:.1f} s; "
                    f"+{gap:.3f} there; {sig[0].text()} at 95%); significant at {n_sig} of the {len(sig)} delays "
@@ -138,7 +139,7 @@ def section(aggs: list[ConfigAggregate], out: Path, md_table, fmt_est) -> list[s
                    "outage (s)": fmt_est("recovery_s", a.estimates["recovery_s"])}
             for key, title in FIGURES:
                 est = mean_ci(values(a, key, by_label))
-                row[title] = fmt_est("final_accuracy" if key == "accuracy_lost" else key, est)
+                row[title] = fmt_est("final_metric" if key == "metric_lost" else key, est)
             rows.append(row)
     L += [md_table(rows), ""]
     L += [f"- **{METRIC_BY_KEY['worst_dip'].title}**: {METRIC_BY_KEY['worst_dip'].doc}.", ""]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.registry import WORKLOADS
+from benchmarks.registry import get as get_workload
 from psmodes.atomic import write_text_atomic
 from psmodes.config import RunConfig
 
@@ -34,7 +34,9 @@ FAILOVER_P50 = 2.0
 IDLE_MARGIN = 0.5
 
 MiB = 1 << 20
-BATCH = WORKLOADS["fmnist-cnn"].batch_size  # the throughput runs' workload, at its default batch
+def batch_of(results: dict) -> int:
+    """The throughput runs' batch per worker: their workload's default (perf --benchmark)."""
+    return get_workload(results.get("plan", {}).get("benchmark") or "fmnist-cnn").batch_size
 SPIN_LIMIT = 0.9  # CPU / wall of a rank that mostly waits; a busy-polling one is at about 1.0
 SPARE_RECOVERY_P50 = 0.3  # s, kill to the first update of a spare that took the PS's place (issue: spawned 3.9 s)
 SPARE_SPIN_LIMIT = 0.05  # CPU / wall of a spare while it waits
@@ -84,13 +86,18 @@ def throughput_ratios(results: dict) -> dict[str, list[float]]:
     return ratios
 
 
-def floor_seconds(numel: int, bandwidth: float, sends_weights: bool = True) -> dict[str, float]:
-    """Memory-traffic floor of one update (float32, no momentum): receiving the gradient
-    copies it once (read + write), the SGD step reads weights and gradient and writes the
-    weights, sending copies the weights once - when the PS sends them (with plain sync SGD
+STATE_VECTORS = {"sgd": 0, "momentum": 1, "adamw": 2}  # the optimizer's float32 vectors beside the weights
+
+
+def floor_seconds(numel: int, bandwidth: float, sends_weights: bool = True, optimizer: str = "sgd") -> dict[str, float]:
+    """Memory-traffic floor of one update (float32): receiving the gradient copies it once (read +
+    write); the step reads weights and gradient and writes the weights, and reads and writes each
+    vector of the optimizer's state (momentum: one; AdamW: its two moments), so 3, 5 or 7 times the
+    model's bytes; sending copies the weights once - when the PS sends them (with plain sync SGD
     the workers apply the update themselves and the PS answers with a 64-byte header)."""
     s = numel * 4
-    return {"recv": 2 * s / bandwidth, "apply": 3 * s / bandwidth, "send": 2 * s / bandwidth if sends_weights else 0.0}
+    apply = (3 + 2 * STATE_VECTORS.get(optimizer or "sgd", 0)) * s
+    return {"recv": 2 * s / bandwidth, "apply": apply / bandwidth, "send": 2 * s / bandwidth if sends_weights else 0.0}
 
 
 def scaling_rows(results: dict) -> list[dict]:
@@ -101,14 +108,14 @@ def scaling_rows(results: dict) -> list[dict]:
         t = r.get("ps_timing") or {}
         if not bw or not t or t.get("recv_s") is None:
             continue
-        fl = floor_seconds(t["numel"], bw, t.get("sends_weights", True))
+        fl = floor_seconds(t["numel"], bw, t.get("sends_weights", True), r.get("optimizer") or "sgd")
         total = t["recv_s"] + t["apply_s"] + t["send_s"]
         floor = sum(fl.values())
         ck = r.get("checkpoint_write_s")
         nbytes = r.get("checkpoint_bytes") or t["numel"] * 4
         # the writer serialises to memory (a copy), writes the file (a copy) and fsyncs it to disk
         ck_floor = 4 * nbytes / bw + (nbytes / disk if disk else 0)
-        rows.append({"params": t["numel"], "MiB": t["numel"] * 4 / MiB, "recv": t["recv_s"], "apply": t["apply_s"],
+        rows.append({"params": t["numel"], "optimizer": r.get("optimizer") or "sgd", "MiB": t["numel"] * 4 / MiB, "recv": t["recv_s"], "apply": t["apply_s"],
                      "send": t["send_s"], "total": total, "floor": floor, "ratio": total / floor,
                      "ratio_recv": t["recv_s"] / fl["recv"], "ratio_apply": t["apply_s"] / fl["apply"],
                      "ratio_send": t["send_s"] / fl["send"] if fl["send"] else None, "ckpt_s": ck, "ckpt_floor": ck_floor,
@@ -151,7 +158,7 @@ def _step_ms(results: dict, samples_per_s: float | None) -> float | None:
     """Milliseconds of one synchronous step at this throughput (every worker one batch)."""
     if not samples_per_s:
         return None
-    return BATCH * results.get("plan", {}).get("workers", 2) / samples_per_s * 1000
+    return batch_of(results) * results.get("plan", {}).get("workers", 2) / samples_per_s * 1000
 
 
 def step_split(results: dict) -> dict[str, dict]:
@@ -290,7 +297,8 @@ def render(results: dict, runs: Path, plots: list[str]) -> str:
              f"Horovod {v.get('horovod', '?')}, Open MPI {v.get('openmpi', '?')}. "
              f"Command: `{' '.join(['psbench'] + list(results.get('argv', [])[1:]))}`; "
              f"{results.get('wall_s', '?')} s in all; runs in `{runs}`.", "",
-             f"fmnist-cnn, {plan.get('workers')} workers, batch {BATCH} per worker, evaluation off in every run "
+             f"{plan.get('benchmark') or 'fmnist-cnn'} (optimizer: {plan.get('optimizer') or 'its own'}), "
+             f"{plan.get('workers')} workers, batch {batch_of(results)} per worker, evaluation off in every run "
              "(an evaluator rank would compete with the workers for the cores, and the reference has none). "
              f"Throughput: {plan.get('reps')} repetitions of {plan.get('steps')} updates, every variant once per "
              "repetition, interleaved; a ratio is taken within a repetition and shown as median (min-max).", ""]
@@ -414,7 +422,7 @@ def _fmt(x, digits: int = 3) -> str:
 def _scaling_section(results: dict, plots: list[str]) -> list[str]:
     bw = results.get("memory_bandwidth_Bps")
     disk = results.get("disk_bandwidth_Bps")
-    rows = [{"parameters": f"{r['params'] / 1e6:.1f}M", "MiB": f"{r['MiB']:.0f}",
+    rows = [{"parameters": f"{r['params'] / 1e6:.1f}M", "optimizer": r["optimizer"], "MiB": f"{r['MiB']:.0f}",
              "recv / apply / send (ms)": f"{r['recv'] * 1e3:.2f} / {r['apply'] * 1e3:.2f} / {r['send'] * 1e3:.2f}",
              "per update (ms)": f"{r['total'] * 1e3:.2f}", "floor (ms)": f"{r['floor'] * 1e3:.2f}",
              "x floor": f"{r['ratio']:.2f}",
@@ -424,8 +432,8 @@ def _scaling_section(results: dict, plots: list[str]) -> list[str]:
            f"Memory bandwidth (single-threaded numpy copy, read + write): "
            f"{bw / 1e9:.2f} GB/s; disk (write + fsync): {disk / 1e9:.2f} GB/s." if bw and disk else "",
            "", "synthetic MLP, 1 worker, checkpoint mode (two checkpoints in the run). Floor of an "
-           "update: receiving the gradient moves 2x the model's bytes (read + write), the SGD step 3x (read "
-           "weights and gradient, write weights), sending the weights 2x when they are sent (plain SGD: the "
+           "update: receiving the gradient moves 2x the model's bytes (read + write), the step 3x (read "
+           "weights and gradient, write weights) plus 2x per vector of optimizer state (momentum: 5x, AdamW: 7x), sending the weights 2x when they are sent (plain SGD: the "
            "worker applies the update itself and the PS answers with a header); bytes / bandwidth. Checkpoint floor: "
            "serialising and writing move 4x the file's bytes in memory, plus the file / disk bandwidth.", "",
            _table(rows), ""]

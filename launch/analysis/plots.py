@@ -1,7 +1,7 @@
 """Accuracy-over-time plots of the reports (matplotlib, Agg): one line per
 configuration (the mean over its completed seeds, each seed's timeline
 interpolated onto a common time grid), a shaded 95% confidence band across
-seeds, the target accuracy, and the failures as vertical lines at their mean
+seeds, the target (when the metric has one), and the failures as vertical lines at their mean
 times, one line style per kind (:data:`FAULT_LINES`: a PS kill dashed, a replica
 kill dash-dot, hangs dotted, ...): black when every line has the same failures,
 else in the colour of each configuration.
@@ -25,7 +25,7 @@ EXTRA_COLORS = ["#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"
 
 
 def mean_band(timelines: list[list], points: int = 300):
-    """(grid, mean, half-width or None) of accuracy timelines ``[[t, step, acc], ...]``."""
+    """(grid, mean, half-width or None) of metric timelines ``[[t, step, value], ...]``."""
     series = []
     for tl in timelines:
         tl = sorted(p for p in tl if p[2] is not None)
@@ -35,7 +35,7 @@ def mean_band(timelines: list[list], points: int = 300):
         return None
     t_end = min(t[-1] for t, _ in series)
     t_start = max(0.0, min(t[0] for t, _ in series))
-    if t_end <= t_start:  # e.g. no evaluator: only the final accuracy, one point per seed
+    if t_end <= t_start:  # e.g. no evaluator: only the final metric, one point per seed
         t_end = t_start = float(np.mean([t[-1] for t, _ in series]))
         ys = np.array([[a[-1]] for _, a in series])
         n = len(series)
@@ -119,8 +119,9 @@ def kill_times(runs) -> list[tuple[tuple, float]]:
     return out
 
 
-def plot_accuracy(lines: list[tuple], title: str, target: float, path: Path) -> Path | None:
-    """``lines``: (aggregate, is_reference). Returns the PNG's path, or None when nothing to draw."""
+def plot_metric(lines: list[tuple], title: str, target: float | None, path: Path) -> Path | None:
+    """``lines``: (aggregate, is_reference), all scored by one metric (the y axis; ``target`` a line across
+    it, none when None). Returns the PNG's path, or None when nothing to draw."""
     plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(8.5, 4.4), dpi=110)
@@ -165,10 +166,12 @@ def plot_accuracy(lines: list[tuple], title: str, target: float, path: Path) -> 
     if not drawn:
         plt.close(fig)
         return None
-    ax.axhline(target, color="#999999", linestyle=":", linewidth=0.9)
+    metric = lines[0][0].metric
     handles, labels = ax.get_legend_handles_labels()
-    handles.append(plt.Line2D([], [], color="#999999", linestyle=":"))
-    labels.append(f"target {target:.2f}")
+    if target is not None:
+        ax.axhline(target, color="#999999", linestyle=":", linewidth=0.9)
+        handles.append(plt.Line2D([], [], color="#999999", linestyle=":"))
+        labels.append(f"target {target:g}")
     if outages:
         handles.append(plt.Rectangle((0, 0), 1, 1, color="#888888", alpha=0.25, linewidth=0))
         labels.append("outage (mean over seeds)")
@@ -176,9 +179,9 @@ def plot_accuracy(lines: list[tuple], title: str, target: float, path: Path) -> 
         if key in kill_styles:
             handles.append(plt.Line2D([], [], color="black", linestyle=style, linewidth=1.1))
             labels.append(name)
-    ax.legend(handles, labels, fontsize=8, loc="lower right")
+    ax.legend(handles, labels, fontsize=8, loc="lower right" if metric.higher_is_better else "upper right")
     ax.set_xlabel("seconds since training started")
-    ax.set_ylabel("test accuracy")
+    ax.set_ylabel(f"test {metric.name}" + ("" if metric.higher_is_better else " (lower is better)"))
     ax.set_title(title + " (band: 95% CI over seeds)" if any(len(a.completed) > 1 for a, _ in lines) else title,
                  fontsize=10)
     ax.grid(alpha=0.3)

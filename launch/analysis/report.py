@@ -3,10 +3,10 @@ of runs, written to ``reports/<name>/`` (a sweep writes it when it ends):
 
 - ``report.md``: configuration, machine, library versions, the commands to
   reproduce; per configuration the mean and 95% CI over seeds of every figure
-  (``launch.analysis.collect.METRICS``); accuracy-over-time plots; findings generated
+  (``launch.analysis.collect.METRICS``); metric-over-time plots (accuracy, perplexity...); findings generated
   from the numbers (never written by hand); a cost table priced from
   ``benchmarks/prices.toml``; every incomplete or failed run, marked;
-- ``accuracy*.png``: the plots linked from it;
+- ``accuracy*.png`` (named after the runs' metric): the plots linked from it;
 - ``results.json`` / ``results.csv``: the same figures, per run and per
   configuration (with the per-seed values), for ``psbench compare``.
 
@@ -23,11 +23,13 @@ from psmodes.atomic import write_text_atomic
 from psmodes.config import ConfigError
 
 from . import claims, naming, outage
-from .collect import DEFAULT_TARGET, METRIC_BY_KEY, METRICS, ROLES, ConfigAggregate, RunRecord, collect
+from benchmarks import metrics
+
+from .collect import METRIC_BY_KEY, METRICS, ROLES, ConfigAggregate, RunRecord, collect
 from .cost import Pricing
 from .lazy import frame
 from .machine import machine_info
-from .plots import kill_times, plot_accuracy
+from .plots import kill_times, plot_metric
 from .stats import Estimate, Test, welch
 
 NA = "–"
@@ -49,6 +51,12 @@ def fmt_est(key: str, est: Estimate) -> str:
     if est.half_width is not None:
         text += f" ± {fmt_value(key, est.half_width)}"
     return text
+
+
+def metric_cell(agg: ConfigAggregate, word: str) -> str:
+    """The final metric's estimate, named where the report mixes metrics (``word`` is then "metric")."""
+    text = fmt_est("final_metric", agg.estimates["final_metric"])
+    return text if word != "metric" or text == NA else f"{text} ({agg.metric.name})"
 
 
 def target_cell(agg: ConfigAggregate) -> str:
@@ -116,9 +124,36 @@ def _mean(agg: ConfigAggregate, key: str):
     return agg.estimates[key].mean
 
 
+def shared_metric(aggs: list[ConfigAggregate]) -> metrics.Metric | None:
+    """The metric every configuration is scored by (None when workloads with different metrics are mixed)."""
+    names = {a.metric.name: a.metric for a in aggs if a.runs}
+    return next(iter(names.values())) if len(names) == 1 else None
+
+
+def metric_word(aggs: list[ConfigAggregate]) -> str:
+    m = shared_metric(aggs)
+    return m.name if m else "metric"
+
+
+def target_text(aggs: list[ConfigAggregate], target: float | None) -> str:
+    """The target the times are measured to: the given one, else each metric's default."""
+    if target is not None:
+        return f"{target:g}"
+    m = shared_metric(aggs)
+    if m is not None:
+        return f"{m.default_target:g}" if m.default_target is not None else "none"
+    return "each workload's default"
+
+
+def _higher(key: str, cands: list[ConfigAggregate]) -> bool:
+    if key == "final_metric" and cands:
+        return cands[0].metric.higher_is_better
+    return METRIC_BY_KEY[key].better == "high"
+
+
 def _best(cands: list[ConfigAggregate], key: str) -> list[ConfigAggregate]:
     have = [a for a in cands if _mean(a, key) is not None]
-    high = METRIC_BY_KEY[key].better == "high"
+    high = _higher(key, have)
     return sorted(have, key=lambda a: -_mean(a, key) if high else _mean(a, key))
 
 
@@ -134,9 +169,10 @@ def _same(a: ConfigAggregate, b: ConfigAggregate, key: str) -> bool:
 
 
 def _gap(loss: float) -> str:
+    """``loss``: how much worse than the reference (metrics.Metric.drop), in words."""
     if f"{abs(loss):.3f}" == "0.000":
         return "level with"
-    return f"{loss:.3f} below" if loss > 0 else f"{-loss:.3f} above"
+    return f"{loss:.3f} worse than" if loss > 0 else f"{-loss:.3f} better than"
 
 
 def _signed(x: float) -> str:
@@ -163,7 +199,7 @@ def _largest_dip(cands: list[ConfigAggregate]) -> list[str]:
     worst = max(dipped, key=lambda a: _mean(a, "worst_dip"))
     cause = _common_cause(worst, dipped_only=True)
     why = f" (most often after: {cause})" if cause else ""
-    text = (f"**{worst.label}** was set back furthest: its evaluated accuracy fell by "
+    text = (f"**{worst.label}** was set back furthest: its evaluated {worst.metric.name} got worse by "
             f"{fmt_est('worst_dip', worst.estimates['worst_dip'])} after a failure{why}")
     others = [a for a in cands if a is not worst and _mean(a, "worst_dip") is not None]
     if others:
@@ -186,12 +222,12 @@ def setback_section(aggs: list[ConfigAggregate]) -> list[str]:
              "cause (most frequent)": _common_cause(a) or NA} for a in aggs if a.has_kills]
     if not rows:
         return []
-    return ["### Setbacks", "", "What the failures cost the model: how far the evaluated accuracy fell below its "
-            "value just before a failure (the worst dip), how long it took to get back there, and the samples "
+    return ["### Setbacks", "", f"What the failures cost the model: how much worse the evaluated {metric_word(aggs)} "
+            "got than its value just before a failure (the worst dip), how long it took to get back there, and the samples "
             "whose updates were lost.", "", md_table(rows), ""]
 
 
-SHORT_KEYS = ("final_accuracy", "worst_dip", "time_to_target_s", "recovery_s", "lost_steps", "samples_per_s")
+SHORT_KEYS = ("final_metric", "worst_dip", "time_to_target_s", "recovery_s", "lost_steps", "samples_per_s")
 
 
 def in_short(aggs: list[ConfigAggregate], most: int = 5) -> list[str]:
@@ -213,17 +249,19 @@ def in_short(aggs: list[ConfigAggregate], most: int = 5) -> list[str]:
     out = []
     for _rel, test, name, key, best, worst in shown:
         m = METRIC_BY_KEY[key]
-        out.append(f"- {name}: **{best.label}** {m.title} {fmt_est(key, best.estimates[key])} against "
-                   f"{worst.label} {fmt_est(key, worst.estimates[key])} ({m.better}er is better); "
+        title = f"final {best.metric.name}" if key == "final_metric" else m.title
+        better = "high" if _higher(key, [best]) else "low"
+        out.append(f"- {name}: **{best.label}** {title} {fmt_est(key, best.estimates[key])} against "
+                   f"{worst.label} {fmt_est(key, worst.estimates[key])} ({better}er is better); "
                    f"{sig_phrase(test)}.")
     if shown and not sig:
         out.insert(0, "- No difference between the modes is significant at 95%; the largest ones:")
     return out
 
 
-def findings(aggs: list[ConfigAggregate], target: float) -> list[str]:
+def findings(aggs: list[ConfigAggregate], target: float | None) -> list[str]:
     """Sentences generated from the numbers: per group of configurations that differ only
-    in their mode, who reached the target first, who lost least accuracy, who recovered
+    in their mode, who reached the target first, who lost least of the metric, who recovered
     fastest, who trained fastest, and whether the lead is significant at 95%."""
     by_label = {a.label: a for a in aggs}
     out: list[str] = []
@@ -231,24 +269,26 @@ def findings(aggs: list[ConfigAggregate], target: float) -> list[str]:
         cands = [a for a in group if a.completed]
         if len(cands) == 1 and cands[0].reference:  # nothing else in its group: its cost of the kills
             a, ref = cands[0], by_label[cands[0].reference]
-            loss = _mean(ref, "final_accuracy") - _mean(a, "final_accuracy")
+            loss = a.metric.drop(_mean(ref, "final_metric"), _mean(a, "final_metric"))
             out.append(f"- {name}: **{a.label}** ended {_gap(loss)} the no-kill reference {ref.label} "
-                       f"({_mean(ref, 'final_accuracy'):.3f} → {_mean(a, 'final_accuracy'):.3f}); the difference is "
-                       f"{sig_phrase(welch(ref.values['final_accuracy'], a.values['final_accuracy']))}.")
+                       f"({a.metric.name} {_mean(ref, 'final_metric'):.3f} → {_mean(a, 'final_metric'):.3f}); the "
+                       f"difference is {sig_phrase(welch(ref.values['final_metric'], a.values['final_metric']))}.")
             continue
         if len(cands) < 2:
             continue
         lines = []
+        metric = cands[0].metric
+        goal = target_text(group, target)
         reached = [a for a in cands if a.reached]
         if not reached:
-            lines.append(f"no configuration reached the target accuracy {target:.2f}.")
+            lines.append(f"no configuration reached the target {metric.name} {goal}.")
         else:
             ranked = sorted(reached, key=lambda a: (-a.reached / len(a.completed), _mean(a, "time_to_target_s")))
             best = ranked[0]
             tied = [a.label for a in ranked[1:] if a.reached / len(a.completed) == best.reached / len(best.completed)
                     and _same(a, best, "time_to_target_s")]
             who = ", ".join(f"**{x}**" for x in [best.label, *tied])
-            text = (f"{who} reached {target:.2f} {'first, at the same time' if tied else 'first'}: "
+            text = (f"{who} reached {goal} {'first, at the same time' if tied else 'first'}: "
                     f"{fmt_est('time_to_target_s', best.estimates['time_to_target_s'])} s "
                     f"({best.reached}/{len(best.completed)} seeds)")
             rest = [a for a in ranked[1:] if a.label not in tied]
@@ -260,22 +300,23 @@ def findings(aggs: list[ConfigAggregate], target: float) -> list[str]:
             lines.append(text + ".")
         refs = {a.label: by_label.get(a.reference) for a in cands}
         if all(refs.values()):
-            losses = sorted(cands, key=lambda a: _mean(refs[a.label], "final_accuracy") - (_mean(a, "final_accuracy") or 0))
+            def lost(a):
+                return metric.drop(_mean(refs[a.label], "final_metric"), _mean(a, "final_metric") or 0)
+
+            losses = sorted(cands, key=lost)
             best = losses[0]
             ref = refs[best.label]
-            loss = _mean(ref, "final_accuracy") - _mean(best, "final_accuracy")
-            text = (f"**{best.label}** lost least accuracy: it ended {_gap(loss)} the no-kill reference {ref.label} "
-                    f"({_mean(ref, 'final_accuracy'):.3f} → {_mean(best, 'final_accuracy'):.3f}; the difference is "
-                    f"{sig_phrase(welch(ref.values['final_accuracy'], best.values['final_accuracy']))})")
+            text = (f"**{best.label}** lost least {metric.name}: it ended {_gap(lost(best))} the no-kill reference "
+                    f"{ref.label} ({_mean(ref, 'final_metric'):.3f} → {_mean(best, 'final_metric'):.3f}; the "
+                    f"difference is {sig_phrase(welch(ref.values['final_metric'], best.values['final_metric']))})")
             if len(losses) > 1:
                 second = losses[1]
-                loss2 = _mean(refs[second.label], "final_accuracy") - _mean(second, "final_accuracy")
-                test = welch(best.values["final_accuracy"], second.values["final_accuracy"])
-                text += (f"; next {second.label} ({_gap(loss2)} the reference); the difference in final accuracy is "
-                         f"{sig_phrase(test)}")
+                test = welch(best.values["final_metric"], second.values["final_metric"])
+                text += (f"; next {second.label} ({_gap(lost(second))} the reference); the difference in final "
+                         f"{metric.name} is {sig_phrase(test)}")
             lines.append(text + ".")
         else:
-            lines += _leader(cands, "final_accuracy", "ended with the highest final accuracy ({})")
+            lines += _leader(cands, "final_metric", f"ended with the best final {metric.name} ({{}})")
         lines += _leader(cands, "recovery_s", "recovered fastest ({} s from kill to the first new update)")
         lines += _largest_dip(cands)
         lines += _leader(cands, "samples_per_s", "trained fastest ({} samples/s)")
@@ -283,8 +324,8 @@ def findings(aggs: list[ConfigAggregate], target: float) -> list[str]:
     if not out:  # nothing to compare: state each configuration's own figures
         for a in aggs:
             if a.completed:
-                out.append(f"- **{a.label}**: final accuracy {fmt_est('final_accuracy', a.estimates['final_accuracy'])}, "
-                           f"time to {target:.2f}: {target_cell(a)} s, samples/s "
+                out.append(f"- **{a.label}**: final {a.metric.name} {fmt_est('final_metric', a.estimates['final_metric'])}, "
+                           f"time to {target_text([a], target)}: {target_cell(a)} s, samples/s "
                            f"{fmt_est('samples_per_s', a.estimates['samples_per_s'])} "
                            f"(n={len(a.completed)}; no other configuration differs only in its mode).")
     return out
@@ -292,8 +333,9 @@ def findings(aggs: list[ConfigAggregate], target: float) -> list[str]:
 
 # ---------------------------------------------------------------- plots
 
-def make_plots(aggs: list[ConfigAggregate], target: float, out: Path) -> list[tuple[str, Path]]:
-    for old in out.glob("accuracy*.png"):
+def make_plots(aggs: list[ConfigAggregate], target: float | None, out: Path) -> list[tuple[str, Path]]:
+    """One plot per slice (a slice shares its workload, so its metric), named after the metric."""
+    for old in [*out.glob("accuracy*.png"), *out.glob("metric*.png"), *out.glob("perplexity*.png")]:
         old.unlink()
     by_label = {a.label: a for a in aggs}
     groups = slices(aggs)
@@ -313,11 +355,13 @@ def make_plots(aggs: list[ConfigAggregate], target: float, out: Path) -> list[tu
     plots = []
     drawable = [(n, g, ln) for n, g, ln in planned if not all(a.label in referenced for a in g)]
     for name, group, lines in drawable:
-        file = out / ("accuracy.png" if len(drawable) == 1 else f"accuracy-{naming.sanitize(name)}.png")
+        word = metric_word(aggs)
+        file = out / (f"{word}.png" if len(drawable) == 1 else f"{word}-{naming.sanitize(name)}.png")
         title = f"{prefix}: {name}" if prefix else name
         if group[0].has_kills:
             title += f" - {kills_cell(group[0].config)}"
-        path = plot_accuracy(lines, title, target, file)
+        goal = target if target is not None else group[0].metric.default_target
+        path = plot_metric(lines, title, goal, file)
         if path:
             plots.append((name, path))
     return plots
@@ -339,13 +383,12 @@ def write_report(src: str | Path, out: str | Path, target: float | None = None, 
         raise ConfigError(f"{src} is not a directory")
     sweep = _read_json(src / "sweep.json") if (src / "sweep.json").exists() else None
     if target is None:
-        target = (sweep or {}).get("target") or DEFAULT_TARGET
-    if not 0 < target <= 1:
-        raise ConfigError(f"--target must be an accuracy in (0, 1], got {target}")
+        target = (sweep or {}).get("target")
     pricing = Pricing(prices, instance)
     runs, aggs = collect(src, target, pricing)
     if not runs:
         raise ConfigError(f"{src} holds no runs (no config.json in it or below it)")
+    check_target(target, runs)
     out.mkdir(parents=True, exist_ok=True)
     plots = make_plots(aggs, target, out)
     name = (sweep or {}).get("name") or src.resolve().name
@@ -361,7 +404,17 @@ def write_report(src: str | Path, out: str | Path, target: float | None = None, 
     return path
 
 
-def write_results(out: Path, name: str, target: float, runs: list[RunRecord], aggs: list[ConfigAggregate]) -> None:
+def check_target(target: float | None, runs: list[RunRecord]) -> None:
+    """A given target must make sense for every metric among the runs (an accuracy in (0, 1], ...)."""
+    if target is None:
+        return
+    for metric in {r.metric.name: r.metric for r in runs}.values():
+        why = metric.valid_target(target)
+        if why:
+            raise ConfigError(why)
+
+
+def write_results(out: Path, name: str, target: float | None, runs: list[RunRecord], aggs: list[ConfigAggregate]) -> None:
     record = {"name": name, "target": target, "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
               "metrics": {m.key: {"title": m.title, "better": m.better, "doc": m.doc} for m in METRICS},
               "configs": [a.record() for a in aggs], "runs": [r.row() for r in runs]}
@@ -376,7 +429,8 @@ def render(name, src, sweep, runs, aggs, target, plots, pricing, machine, machin
     not_done = [r for r in runs if r.status != "completed"]
     L = [f"# psbench report: {name}", ""]
     L += [f"{len(runs)} runs of {len(known)} configurations ({', '.join(benchmarks) or 'unknown benchmark'}), "
-          f"seeds {', '.join(map(str, seeds)) or NA}, target accuracy {target:.2f}. "
+          f"seeds {', '.join(map(str, seeds)) or NA}, scored by {metric_word(aggs)}"
+          f"{'' if shared_metric(aggs) else ' (each workload its own)'}, target {target_text(aggs, target)}. "
           f"Generated {time.strftime('%Y-%m-%d %H:%M %Z')} by `psbench report` from `{src}`.", ""]
     L += ["Every figure is computed by psbench from the events the runs recorded. A cell is the mean ± the "
           "half-width of its 95% confidence interval over seeds (Student's t; no interval with one seed), over "
@@ -392,10 +446,11 @@ def render(name, src, sweep, runs, aggs, target, plots, pricing, machine, machin
     L += ["## Findings", "", "Generated from the numbers below; a difference is called significant when Welch's "
           "t-test gives p < 0.05.", ""]
     L += findings(aggs, target) or ["- no completed runs: nothing to compare."]
-    L += ["", "## Results", "", "### Accuracy and throughput", ""]
+    word, goal = metric_word(aggs), target_text(aggs, target)
+    L += ["", "## Results", "", f"### {word.capitalize()} and throughput", ""]
     L += [md_table([{"configuration": a.label, "runs": runs_cell(a),
-                     "final accuracy": fmt_est("final_accuracy", a.estimates["final_accuracy"]),
-                     f"time to {target:.2f} (s)": target_cell(a),
+                     f"final {word}": metric_cell(a, word),
+                     f"time to {goal} (s)": target_cell(a),
                      "samples/s": fmt_est("samples_per_s", a.estimates["samples_per_s"]),
                      "staleness (mean)": fmt_est("staleness_mean", a.estimates["staleness_mean"]),
                      "staleness (p99)": fmt_est("staleness_p99", a.estimates["staleness_p99"])} for a in aggs]), ""]
@@ -408,29 +463,29 @@ def render(name, src, sweep, runs, aggs, target, plots, pricing, machine, machin
     with_ref = [a for a in aggs if a.reference]
     if with_ref:
         by_label = {a.label: a for a in aggs}
-        L += ["### Accuracy against the no-kill reference", ""]
+        L += [f"### {word.capitalize()} against the no-kill reference", ""]
         rows = []
         for a in with_ref:
             ref = by_label[a.reference]
-            mean, rmean = a.estimates["final_accuracy"].mean, ref.estimates["final_accuracy"].mean
+            mean, rmean = a.estimates["final_metric"].mean, ref.estimates["final_metric"].mean
             rows.append({"configuration": a.label, "reference": ref.label,
-                         "final accuracy": fmt_est("final_accuracy", a.estimates["final_accuracy"]),
-                         "reference accuracy": fmt_est("final_accuracy", ref.estimates["final_accuracy"]),
-                         "accuracy lost": NA if mean is None or rmean is None else _signed(rmean - mean),
-                         "significant at 95%?": welch(ref.values["final_accuracy"], a.values["final_accuracy"]).text()})
+                         f"final {word}": metric_cell(a, word),
+                         f"reference {word}": metric_cell(ref, word),
+                         f"{word} lost": NA if mean is None or rmean is None else _signed(a.metric.drop(rmean, mean)),
+                         "significant at 95%?": welch(ref.values["final_metric"], a.values["final_metric"]).text()})
         L += [md_table(rows), ""]
     L += ["<details><summary>What the figures mean</summary>", ""]
     L += [f"- **{m.title}**: {m.doc}." for m in METRICS]
     L += ["", "</details>", ""]
-    L += ["## Accuracy over time", ""]
+    L += [f"## {word.capitalize()} over time", ""]
     if plots:
         for title, path in plots:
-            L += [f"![accuracy over time: {title}]({path.name})", ""]
+            L += [f"![{word} over time: {title}]({path.name})", ""]
         L += ["One line per configuration: the mean over its completed seeds; the band is the 95% confidence "
               "interval across seeds; vertical lines mark the kills at their mean time over seeds (black when "
               "every configuration in the plot has the same kills, else in the colour of each).", ""]
     else:
-        L += ["(no completed run recorded an accuracy timeline)", ""]
+        L += [f"(no completed run recorded a {word} timeline)", ""]
     L += outage.section(aggs, out, md_table, fmt_est)
     L += cost_section(aggs, pricing, target)
     L += ["## Incomplete and failed runs", ""]
@@ -447,8 +502,9 @@ def render(name, src, sweep, runs, aggs, target, plots, pricing, machine, machin
     L += ["## All runs", ""]
     L += [md_table([{"run": r.rel, "configuration": r.label, "seed": r.seed if r.seed is not None else NA,
                      "status": r.status if r.status == "completed" else f"{r.status.upper()} {DAGGER}",
-                     "final accuracy": fmt_value("final_accuracy", r.metrics.get("final_accuracy")),
-                     f"time to {target:.2f} (s)": fmt_value("time_to_target_s", r.metrics.get("time_to_target_s")),
+                     f"final {word}": fmt_value("final_metric", r.metrics.get("final_metric"))
+                     + ("" if shared_metric(aggs) else f" ({r.metric.name})"),
+                     f"time to {goal} (s)": fmt_value("time_to_target_s", r.metrics.get("time_to_target_s")),
                      "samples/s": fmt_value("samples_per_s", r.metrics.get("samples_per_s")),
                      "recovery (s)": fmt_value("recovery_s", r.metrics.get("recovery_s")),
                      "lost steps": fmt_value("lost_steps", r.metrics.get("lost_steps")),
@@ -458,7 +514,7 @@ def render(name, src, sweep, runs, aggs, target, plots, pricing, machine, machin
     return "\n".join(L)
 
 
-def cost_section(aggs: list[ConfigAggregate], pricing: Pricing, target: float) -> list[str]:
+def cost_section(aggs: list[ConfigAggregate], pricing: Pricing, target: float | None) -> list[str]:
     L = ["## Cost", ""]
     if pricing.used:
         for inst in pricing.used.values():
@@ -478,7 +534,7 @@ def cost_section(aggs: list[ConfigAggregate], pricing: Pricing, target: float) -
         total = sum(v for v in rank_s.values() if v is not None) if any(v is not None for v in rank_s.values()) else None
         row["total rank-s"] = NA if total is None else f"{total:.0f}"
         row["$ per run"] = fmt_est("cost_usd", a.estimates["cost_usd"])
-        row[f"$ to reach {target:.2f}"] = fmt_est("cost_to_target_usd", a.estimates["cost_to_target_usd"])
+        row[f"$ to reach {target_text(aggs, target)}"] = fmt_est("cost_to_target_usd", a.estimates["cost_to_target_usd"])
         rows.append(row)
     return L + [md_table(rows), ""]
 

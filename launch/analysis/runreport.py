@@ -1,30 +1,34 @@
 """``report.md`` of a single run: what ran, what happened, the figures, and an
-accuracy-over-time plot with the failures marked (kills, hangs, slow phases, unplanned). Tables are pandas + tabulate."""
+metric-over-time plot (the workload's metric: accuracy, perplexity, ...) with the failures marked (kills, hangs, slow phases, unplanned). Tables are pandas + tabulate."""
 from __future__ import annotations
 
 import json
 from collections import Counter
 from pathlib import Path
 
+from benchmarks import metrics
 from psmodes.atomic import write_text_atomic
 
 from .faults import fault_list
 from .lazy import frame, pyplot
 from .plots import outage_spans, shade_outages, with_gaps
+from .summary import final_metric, metric_timeline
 
 
 def plot_timeline(summary: dict, path: Path) -> Path | None:
-    if not summary["accuracy_timeline"]:
+    timeline = metric_timeline(summary)
+    if not timeline:
         return None
     plt = pyplot()
 
-    t, _, acc = zip(*summary["accuracy_timeline"])
+    t, _, acc = zip(*timeline)
     fig, ax = plt.subplots(figsize=(6, 3.2), dpi=110)
     ax.plot(*with_gaps(t, acc), marker=".", label=summary["mode"])  # no line where nothing was evaluated
     shade_outages(ax, outage_spans([summary.get("setbacks") or []]))
     mark_faults(ax, fault_list(summary))
     ax.set_xlabel("seconds since training started")
-    ax.set_ylabel("test accuracy")
+    metric = metrics.of_summary(summary)
+    ax.set_ylabel(f"test {metric.name}" + ("" if metric.higher_is_better else " (lower is better)"))
     ax.set_title(f"{summary['benchmark']}, mode {summary['mode']}, seed {summary['seed']}")
     ax.legend(fontsize="small")
     ax.grid(alpha=0.3)
@@ -78,11 +82,12 @@ def write_run_report(run_dir: str | Path) -> Path:
     summary = json.loads((run_dir / "summary.json").read_text())
     config = json.loads((run_dir / "config.json").read_text())
     command = (run_dir / "command.txt").read_text().strip() if (run_dir / "command.txt").exists() else ""
-    plot = plot_timeline(summary, run_dir / "accuracy.png")
+    metric = metrics.of_summary(summary)
+    plot = plot_timeline(summary, run_dir / f"{metric.name}.png")
     status = "completed" if summary["completed"] else f"**INCOMPLETE**: {summary['exit_reason']}"
     figures = {
         "status": status,
-        "final accuracy": summary["final_accuracy"],
+        f"final {metric.name}": final_metric(summary),
         "PS steps": summary["steps"],
         "consistency": summary.get("consistency", "sync"),
         "samples/s": summary["samples_per_s"],
@@ -97,7 +102,7 @@ def write_run_report(run_dir: str | Path) -> Path:
     lines = [f"# psbench run: {summary['benchmark']}, mode {summary['mode']}", "",
              frame(list(figures.items()), columns=["figure", "value"]).to_markdown(index=False), ""]
     if plot:
-        lines += [f"![accuracy over time]({plot.name})", ""]
+        lines += [f"![{metric.name} over time]({plot.name})", ""]
     offsets = [{"host": h, **o} for h, o in (summary.get("clock_offsets") or {}).items()]
     for title, rows in (("Failures (injected, and unplanned: nobody injected them)", fault_list(summary)),
                         ("Detections", summary["detections"]),

@@ -1,8 +1,9 @@
 """``summary.json``: the figures of one run, computed from its event streams.
 
 The contract (later tools and the reports read it): ``benchmark``, ``mode``,
-``workers``, ``seed``, ``completed``, ``exit_reason``, ``final_accuracy``,
-``accuracy_timeline`` (``[t_seconds, ps_step, accuracy]``), ``samples_per_s``
+``workers``, ``seed``, ``completed``, ``exit_reason``, ``metric`` (the workload's: ``name``,
+``higher_is_better``; benchmarks/metrics.py), ``final_metric`` (on the whole test set),
+``metric_timeline`` (``[t_seconds, ps_step, value]``), ``samples_per_s``
 (training throughput: the outages taken out, see :func:`training_throughput`; evaluation runs
 on its own rank and is excluded; ``samples_per_s_with_outages`` keeps them in),
 ``steps``, ``consistency``, ``staleness_hist`` (updates per staleness value; sync
@@ -39,6 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import metrics
+from benchmarks.registry import WorkloadError, get as get_workload
 from psmodes.atomic import write_text_atomic
 from psmodes.config import RunConfig
 from psmodes.events import read_run_events
@@ -47,6 +50,24 @@ from .faults import fault_records
 from .setbacks import setbacks
 
 SUMMARY_VERSION = 1
+
+
+def metric_timeline(summary: dict) -> list:
+    """``[[t_s, step, value], ...]`` of a summary (``accuracy_timeline`` in one from before metrics)."""
+    return summary.get("metric_timeline", summary.get("accuracy_timeline")) or []
+
+
+def final_metric(summary: dict):
+    return summary.get("final_metric", summary.get("final_accuracy"))
+
+
+def run_metric(cfg: RunConfig, evals: list[dict]) -> metrics.Metric:
+    """The metric the run's workload declares; for a workload that no longer loads, the evaluations' name."""
+    try:
+        return get_workload(cfg.benchmark).metric
+    except WorkloadError:
+        named = next((e["metric"] for e in evals if e.get("metric")), "accuracy")
+        return metrics.of_summary({"metric": {"name": named}})
 
 
 def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float | None = None) -> dict:
@@ -59,7 +80,8 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
     rel = lambda t: round(t - t0, 3)  # noqa: E731
 
     evals = by("eval")
-    timeline = [[round(e["t_snapshot"] - t0, 3), e["ps_step"], e["accuracy"]] for e in evals]
+    metric = run_metric(cfg, evals)
+    timeline = [[round(e["t_snapshot"] - t0, 3), e["ps_step"], e.get("value", e.get("accuracy"))] for e in evals]
     finals = [e for e in evals if e.get("final")]
     # sync: the leader logs each step for all workers; async: every worker logs its own
     steps = [e for e in events if e["ev"] == "step" and e["who"].startswith("worker")]
@@ -151,8 +173,9 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
         "replay": replay,
         "completed": completed,
         "exit_reason": exit_reason,
-        "final_accuracy": finals[-1]["accuracy"] if finals else None,
-        "accuracy_timeline": timeline,
+        "metric": metric.as_dict(),
+        "final_metric": timeline[evals.index(finals[-1])][2] if finals else None,
+        "metric_timeline": timeline,
         "samples_per_s": round(training_samples_per_s, 2) if training_samples_per_s else None,
         "samples_per_s_with_outages": round(samples_per_s, 2) if samples_per_s else None,
         "steps": max(e["version"] for e in applied) if applied else 0,
@@ -172,7 +195,7 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
         "recoveries": recoveries,
         # what each failure cost the model (launch/analysis/setbacks.py); one PS update is one step's samples
         "setbacks": setbacks(timeline, public_faults, recoveries, applied[0].get("samples") if applied else None,
-                             replay),
+                             replay, metric.higher_is_better),
         "checkpoints": {"count": len(checkpoints),
                         "mean_write_s": round(sum(c["write_s"] for c in checkpoints) / len(checkpoints), 4)
                         if checkpoints else None},

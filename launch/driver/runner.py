@@ -370,13 +370,13 @@ def stop_group(proc: subprocess.Popen, grace: float = 5.0) -> None:
 
 
 class Progress:
-    """One progress line: PS step, accuracy, samples/s (tqdm)."""
+    """One progress line: PS step, the workload's metric (accuracy, perplexity...), samples/s (tqdm)."""
 
     def __init__(self, cfg: RunConfig, quiet: bool) -> None:
         self.quiet = quiet
         self.tty = sys.stderr.isatty()
         self.cfg = cfg
-        self.acc = None
+        self.value, self.metric = None, "metric"
         self.samples = 0
         self.t_first = None
         self.rate = None
@@ -391,7 +391,7 @@ class Progress:
 
     def event(self, e: dict) -> None:
         if e["ev"] == "eval":
-            self.acc = e["accuracy"]
+            self.value, self.metric = e["value"], e.get("metric", self.metric)
         elif e["ev"] == "step":
             self.samples += e.get("samples", 0)
             self.t_first = self.t_first or e["t"]
@@ -416,14 +416,14 @@ class Progress:
         if self.bar is None:  # not a terminal: a plain line every 5 s
             if time.monotonic() - self.last_print >= 5:
                 self.last_print = time.monotonic()
-                acc = f"{self.acc:.3f}" if self.acc is not None else "-"
+                value = f"{self.value:.3f}" if self.value is not None else "-"
                 rate = f"{self.rate:.0f}" if self.rate else "-"
-                self._write(f"step {self.step}  acc {acc}  samples/s {rate}  t {elapsed or 0:.0f}s")
+                self._write(f"step {self.step}  {self.metric} {value}  samples/s {rate}  t {elapsed or 0:.0f}s")
             return
         self.bar.n = (self.step if self.cfg.steps else int(elapsed or 0))
         post = {"step": self.step}
-        if self.acc is not None:
-            post["acc"] = f"{self.acc:.3f}"
+        if self.value is not None:
+            post[self.metric] = f"{self.value:.3f}"
         if self.rate:
             post["samples/s"] = f"{self.rate:.0f}"
         self.bar.set_postfix(post, refresh=False)

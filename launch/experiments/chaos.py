@@ -29,9 +29,9 @@ invariants:
   dies); checkpoint 2K (K with synchronous writes); hybrid and stateless 0;
 - hand-over: every buffered update was applied exactly once (the updates
   handed over equal the updates replayed; stateless);
-- ``accuracy``: for the modes that keep the PS state (every mode that survives
-  a PS death without training through it), the final accuracy is at least the
-  accuracy they promise to keep minus ``--tolerance`` (default 0.05): the last
+- ``accuracy`` (the workload's metric): for the modes that keep the PS state (every
+  mode that survives a PS death without training through it), the final metric is no
+  worse than the one they promise to keep by more than ``--tolerance`` (default 0.05): the last
   one measured at or before the step the recovery resumed from (the first
   recovery's lost steps before the kill). ``stateless`` changes the model by
   replaying (the study's point) and ``none`` ends the run, so neither promises it;
@@ -67,6 +67,7 @@ import numpy as np
 
 import psutil
 
+from benchmarks import metrics
 from psmodes.atomic import write_text_atomic
 from psmodes.config import MODES, ConfigError, RunConfig
 from psmodes.events import read_events, read_run_events
@@ -74,6 +75,7 @@ from psmodes.pidfiles import read_pid_file
 from psmodes.suspicion import COLD_START_S
 
 from ..analysis.lazy import frame
+from ..analysis.summary import final_metric, metric_timeline
 from ..driver.kills import schedule
 from ..driver.options import add_option, run_options
 from ..driver.runner import INTERRUPTED, run_job
@@ -109,7 +111,8 @@ def add_chaos_parser(sub) -> None:
     p.add_argument("--spares", default=",".join(map(str, SPARES)),
                    help="the --spares drawn for each trial of a mode that repairs the job (e.g. 0 for none)")
     p.add_argument("--tolerance", type=float, default=ACCURACY_TOLERANCE,
-                   help="largest accuracy drop allowed after recovery (checkpoint, chain)")
+                   help="largest drop of the workload's metric allowed after recovery (checkpoint, chain): "
+                   "accuracy lost, or perplexity gained")
     p.add_argument("--out", help="folder of the trials (default: runs/chaos-<time>)")
     p.add_argument("--quiet", action="store_true", help="only the table")
 
@@ -284,13 +287,14 @@ def check_trial(cfg: RunConfig, summary: dict | None, wall_s: float,
         bad.append(f"{cfg.mode}: {summary.get('buffered_sent')} buffered updates handed over, "
                    f"{summary.get('buffered_applied')} applied")
     if mode.survives_ps_death and not mode.trains_through_outage and summary.get("completed"):
-        # a mode that keeps the state: accuracy after recovery matches what it resumed from
+        # a mode that keeps the state: the metric after recovery is no worse than what it resumed from
         lost = max([r["lost_steps"] for r in recs[:1]], default=0)
-        before = accuracy_before_first_kill(summary, lost)
-        final = summary.get("final_accuracy")
-        if before is not None and final is not None and final < before - tolerance:
+        before = metric_before_first_kill(summary, lost)
+        final = final_metric(summary)
+        metric = metrics.of_summary(summary)
+        if before is not None and final is not None and metric.drop(before, final) > tolerance:
             what = "before the first kill" if not lost else f"at the state it resumed from ({lost} steps before the kill)"
-            bad.append(f"accuracy: {final:.3f} at the end, {before:.3f} {what} (tolerance {tolerance})")
+            bad.append(f"{metric.name}: {final:.3f} at the end, {before:.3f} {what} (tolerance {tolerance})")
     return bad + check_faults(cfg, summary, outside_kills, respawn_times(run_dir))
 
 
@@ -338,14 +342,14 @@ def check_faults(cfg: RunConfig, summary: dict, outside_kills: list[int] = (),
     return bad
 
 
-def accuracy_before_first_kill(summary: dict, lost_steps: int = 0) -> float | None:
-    """The last accuracy measured before the first kill, at a PS step no later than the
+def metric_before_first_kill(summary: dict, lost_steps: int = 0) -> float | None:
+    """The last metric value measured before the first kill, at a PS step no later than the
     step reached at the kill minus ``lost_steps`` (checkpoint: the state it resumed from)."""
     kills = took_down(summary)
     if not kills:
         return None
     t_kill = min(k["t_s"] for k in kills)
-    before = [(step, acc) for t, step, acc in summary.get("accuracy_timeline") or [] if t < t_kill]
+    before = [(step, acc) for t, step, acc in metric_timeline(summary) if t < t_kill]
     if not before:
         return None
     if lost_steps:

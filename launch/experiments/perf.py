@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import fmnist
+from benchmarks import fmnist, registry
 from psmodes.atomic import write_text_atomic
 from psmodes.config import ConfigError, RunConfig
 from psmodes.events import read_run_events
@@ -97,6 +97,8 @@ class Plan:
     sections: list[str] = field(default_factory=lambda: list(SECTIONS))
     data_dir: str | None = None
     quick: bool = False
+    benchmark: str = "fmnist-cnn"   # the throughput, failure and memory runs' workload
+    optimizer: str | None = None    # the PS's optimizer in every run (None: the benchmark's)
 
 
 def add_perf_parser(sub) -> None:
@@ -113,6 +115,11 @@ def add_perf_parser(sub) -> None:
                                     f"{', '.join(FAILURE_KINDS)})")
     p.add_argument("--max-buffered", type=int, default=32, help="the bound of the sequential/staleness buffers")
     p.add_argument("--data-dir", help="Fashion-MNIST folder (else $PSBENCH_DATA, else Debian's package)")
+    p.add_argument("--benchmark", default="fmnist-cnn",
+                   help="the workload of the throughput, failure and memory runs and of the Horovod reference "
+                        "(the scaling runs are the synthetic MLP): any psbench run --benchmark")
+    p.add_argument("--optimizer", help="the PS's optimizer in every run, the scaling runs included: sgd, momentum "
+                                       "or adamw (default: the benchmark's); its state counts in the memory floor")
     p.add_argument("--only", help=f"comma-separated sections to measure (default all: {', '.join(SECTIONS)})")
     p.add_argument("--quick", action="store_true", help="a small version of every section (minutes, not half an hour)")
     p.add_argument("--out", help="report folder (default reports/perf)")
@@ -121,7 +128,12 @@ def add_perf_parser(sub) -> None:
 
 
 def plan_from_args(a: argparse.Namespace) -> Plan:
-    plan = Plan(workers=a.workers, max_buffered=a.max_buffered, data_dir=a.data_dir, quick=a.quick)
+    plan = Plan(workers=a.workers, max_buffered=a.max_buffered, data_dir=a.data_dir, quick=a.quick,
+                benchmark=a.benchmark, optimizer=a.optimizer)
+    try:  # the workload and optimizer, checked as psbench run checks them
+        RunConfig(benchmark=plan.benchmark, optimizer=plan.optimizer, steps=1).validate()
+    except ConfigError as exc:
+        raise ConfigError(f"psbench perf: {exc}") from None
     if a.quick:
         plan.reps, plan.steps, plan.kills, plan.kill_gap_s = 1, 60, 1, 6.0
         plan.sizes = [200_000, 2_000_000]
@@ -204,7 +216,8 @@ class Perf:
 
     def base(self, **fields) -> RunConfig:
         p = self.plan
-        cfg = RunConfig(benchmark="fmnist-cnn", workers=p.workers, evaluator=False, data_dir=p.data_dir)
+        cfg = RunConfig(benchmark=p.benchmark, optimizer=p.optimizer, workers=p.workers, evaluator=False,
+                        data_dir=p.data_dir)
         for k, v in fields.items():
             setattr(cfg, k, v)
         return cfg
@@ -226,7 +239,10 @@ class Perf:
         out = folder / "result.json"
         cmd = [find_mpirun() or "mpirun", "-np", str(p.workers), "--oversubscribe", "--bind-to", "none",
                "-x", "PYTHONUNBUFFERED=1", "-x", "PATH", "-x", "PYTHONPATH", sys.executable, "-m",
-               "benchmarks.horovod_reference", "--steps", str(p.steps), "--seed", str(rep), "--out", str(out)]
+               "benchmarks.horovod_reference", "--benchmark", p.benchmark, "--steps", str(p.steps), "--seed", str(rep),
+               "--out", str(out)]
+        if p.optimizer:
+            cmd += ["--optimizer", p.optimizer]
         if p.data_dir:
             cmd += ["--data-dir", p.data_dir]
         (folder / "command.txt").write_text(" ".join(cmd) + "\n")
@@ -322,6 +338,7 @@ class Perf:
             writes = [e["write_s"] for e in events if e["ev"] == "checkpoint" and e["version"] > 0]
             copies = [e["copy_s"] for e in events if e["ev"] == "checkpoint_start"]
             self.results["scaling"].append({"params": size, "completed": s.get("completed"), "ps_timing": s.get("ps_timing"),
+                                            "optimizer": cfg.optimizer,
                                             "checkpoint_write_s": float(np.median(writes)) if writes else None,
                                             "checkpoint_copy_s": float(np.median(copies)) if copies else None,
                                             "checkpoint_bytes": _ckpt_bytes(events), "usage": s.get("usage")})
@@ -370,10 +387,11 @@ def cmd_perf(a: argparse.Namespace) -> int:
         print(f"report: {write_perf_report(results, out, Path(results.get('runs') or src))}")
         return 0
     plan = plan_from_args(a)
-    try:
-        plan.data_dir = str(fmnist.validate(plan.data_dir).resolve())
-    except fmnist.DataError as exc:
-        raise ConfigError(str(exc)) from None
+    if registry.get(plan.benchmark).needs_data:
+        try:
+            plan.data_dir = str(fmnist.validate(plan.data_dir).resolve())
+        except fmnist.DataError as exc:
+            raise ConfigError(str(exc)) from None
     runs = Path(a.runs) if a.runs else Path("runs") / f"perf-{time.strftime('%Y%m%d-%H%M%S')}"
     if (runs / "perf.json").exists():
         raise ConfigError(f"{runs} already holds a perf measurement; choose another --runs or render it with --from")

@@ -4,7 +4,7 @@ A sweep file (TOML; examples in ``benchmarks/sweeps/``)::
 
     name = "demo"            # default: the file's stem; runs go to runs/sweeps/<name>
     seeds = [0, 1, 2]        # every configuration runs once per seed
-    target = 0.70            # the report's target accuracy (optional)
+    target = 0.70            # the report's target: of the runs' metric (optional; default: the metric's)
 
     [base]                   # options of every run: the long options of `psbench run`
     benchmark = "fmnist-cnn" #   (`-` or `_`), values as on the command line;
@@ -56,6 +56,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from benchmarks import registry
 from psmodes.atomic import write_text_atomic
 from psmodes.config import ConfigError, RunConfig, read_user_file
 
@@ -165,7 +166,7 @@ def add_sweep_parser(sub) -> None:
             action.help = SWEEP_HELP.get(max(action.option_strings, key=len), action.help)
     sweep.add_argument("--seeds", help="comma-separated seeds, replacing the file's seeds (e.g. 0 or 0,1,2)")
     sweep.add_argument("--report-dir", help="where the report goes (default: reports/<name>)")
-    sweep.add_argument("--target", type=float, help="target accuracy of the report (default: the file's, else 0.70)")
+    sweep.add_argument("--target", type=float, help="the report's target of the runs' metric (default: the file's, else the metric's own)")
     sweep.add_argument("--task", type=int, metavar="I",
                        help="run only the sweep's run number I (0-based, as --dry-run lists them) and write no "
                             "report: one task of a Slurm job array (psbench slurm --array)")
@@ -250,8 +251,8 @@ def load(path: str | Path, overrides: dict | None = None, seeds: list[int] | Non
         raise ConfigError(f"{path}: claims {claims!r}: psbench knows the claims of {', '.join(claims_known)}")
     if target is None and "target" in doc:
         target = doc["target"]
-    if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target <= 1):
-        raise ConfigError(f"{path}: target must be an accuracy in (0, 1], got {target!r}")
+    if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float)) or not target > 0):
+        raise ConfigError(f"{path}: target must be a positive value of the runs' metric, got {target!r}")
     base = _options(_table(doc, "base", str(path)), f"{path} [base]", options)
     grid = _options(_table(doc, "grid", str(path)), f"{path} [grid]", options, lists=True)
     extras_doc = doc.get("extra", [])
@@ -291,6 +292,9 @@ def load(path: str | Path, overrides: dict | None = None, seeds: list[int] | Non
             cfg.data_dir = data_checked[key]
         except ConfigError as exc:
             raise ConfigError(f"{path}: the run `psbench run {shlex.join(argv)}`: {exc}") from None
+        why = target is not None and registry.get(cfg.benchmark).metric.valid_target(target)
+        if why:  # e.g. an accuracy above 1
+            raise ConfigError(f"{path}: {why} (benchmark {cfg.benchmark})")
         ident = naming.key_of(cfg.to_dict())
         if ident not in seen:
             seen.add(ident)
@@ -443,9 +447,9 @@ def _minutes(seconds: float) -> str:
 
 
 def _result_line(run: PlannedRun, summary: dict, wall: float) -> str:
-    acc = summary.get("final_accuracy")
+    value, name = summary.get("final_metric"), (summary.get("metric") or {}).get("name", "metric")
     status = "completed" if summary.get("completed") else f"NOT COMPLETED ({summary.get('exit_reason')})"
-    return f"{run.slug}: {status}, final accuracy {'-' if acc is None else f'{acc:.3f}'}, {wall:.0f} s"
+    return f"{run.slug}: {status}, final {name} {'-' if value is None else f'{value:.3f}'}, {wall:.0f} s"
 
 
 def _raise_interrupt(signum, frame):
