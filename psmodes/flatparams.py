@@ -38,10 +38,16 @@ class FlatParams:
             p.data = self.weights[offset:offset + n].view_as(p)
             p.grad = self.grads[offset:offset + n].view_as(p)
             offset += n
+        # Each buffer is a view of its own ``weights.data``: the same memory, but a version counter of
+        # its own. Views of one tensor share one counter, so BatchNorm's in-place update of its running
+        # statistics in one layer bumped the version of the tensors an earlier layer had saved for
+        # backward (its weight, its running statistics): "modified by an inplace operation", seen with
+        # torchvision's ResNet-18, the first model with more than one BatchNorm.
         for module, name, b in buffers:
             n = b.numel()
-            self.weights[offset:offset + n].copy_(b.detach().reshape(-1).to(torch.float32))
-            module._buffers[name] = self.weights[offset:offset + n].view(b.shape)
+            view = self.weights.data[offset:offset + n]
+            view.copy_(b.detach().reshape(-1).to(torch.float32))
+            module._buffers[name] = view.view(b.shape)
             offset += n
         self.model = model
 
