@@ -109,7 +109,7 @@ def test_resnet18_checkpoints_hold_its_batchnorm_statistics(tmp_path):
     replacement resumes it bitwise."""
     pytest.importorskip("torchvision")
     out, s = run_ok(tmp_path, "--benchmark", "resnet18-fmnist", "--workers", "2", "--mode", "checkpoint",
-                    "--checkpoint-every", "5", "--steps", "24", "--kill-ps", "point:apply@12", "--no-evaluator",
+                    "--checkpoint-every", "3", "--steps", "12", "--kill-ps", "point:apply@7", "--no-evaluator",
                     "--restart-delay", "0", "--deadline", "240s")
     (resume,) = events(out, "resume")
     state = ckpt.load(ckpt.path_for(out / "checkpoints", resume["from_version"]))
@@ -118,4 +118,4 @@ def test_resnet18_checkpoints_hold_its_batchnorm_statistics(tmp_path):
     stats = state["weights"][flat.n_train:]
     assert stats.numel() == flat.numel - flat.n_train > 0
     assert not torch.equal(stats, flat.weights[flat.n_train:]), "the checkpoint kept no BatchNorm statistics"
-    assert s["completed"] and s["steps"] == 24 and s["metric"]["name"] == "accuracy"
+    assert s["completed"] and s["steps"] == 12 and s["metric"]["name"] == "accuracy"
