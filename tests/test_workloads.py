@@ -92,7 +92,7 @@ def test_gpt_tiny_trains_through_a_chain_takeover_scored_by_perplexity(tmp_path)
     """The LM with AdamW (its default) loses no step when its head dies, and every figure follows
     its metric: perplexity, lower is better."""
     out, s = run_ok(tmp_path, "--benchmark", "gpt-tiny", "--workers", "2", "--mode", "chain", "--replicas", "1",
-                    "--duration", "14s", "--kill-ps", "point:apply@30", "--eval-interval", "2s",
+                    "--steps", "40", "--kill-ps", "point:apply@15", "--eval-interval", "2s",
                     "--restart-delay", "1s", "--deadline", "150s")
     assert json.loads((out / "config.json").read_text())["optimizer"] == "adamw"
     assert s["metric"] == {"name": "perplexity", "higher_is_better": False}
