@@ -57,6 +57,11 @@ class Metric:
             return f"--target must be a positive {self.name}, got {target}"
         return None
 
+    @property
+    def axis_label(self) -> str:
+        """The y axis of a plot of this metric."""
+        return f"test {self.name}" + ("" if self.higher_is_better else " (lower is better)")
+
     def as_dict(self) -> dict:
         return {"name": self.name, "higher_is_better": self.higher_is_better}
 
@@ -66,9 +71,7 @@ def _correct(out, y):
 
 
 def _token_nll(out, y):
-    import torch.nn.functional as F
-
-    return float(F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1), reduction="sum")), y.numel()
+    return float(cross_entropy(out, y, reduction="sum")), y.numel()
 
 
 ACCURACY = Metric("accuracy", True, "{:.3f}", _correct, default_target=0.70)
@@ -86,8 +89,9 @@ def of_summary(summary: dict) -> Metric:
     return Metric(declared["name"], bool(declared.get("higher_is_better", True)), "{:.4g}", _correct)
 
 
-def cross_entropy(logits, targets):
-    """The training loss of a classifier: logits (B, C), or (B, T, V) for a language model."""
+def cross_entropy(logits, targets, reduction: str = "mean"):
+    """The training loss of a classifier: logits (B, C), or (B, T, V) for a language model
+    (``reduction="sum"``: the perplexity's total over every token)."""
     import torch.nn.functional as F
 
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction=reduction)

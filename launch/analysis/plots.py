@@ -181,7 +181,7 @@ def plot_metric(lines: list[tuple], title: str, target: float | None, path: Path
             labels.append(name)
     ax.legend(handles, labels, fontsize=8, loc="lower right" if metric.higher_is_better else "upper right")
     ax.set_xlabel("seconds since training started")
-    ax.set_ylabel(f"test {metric.name}" + ("" if metric.higher_is_better else " (lower is better)"))
+    ax.set_ylabel(metric.axis_label)
     ax.set_title(title + " (band: 95% CI over seeds)" if any(len(a.completed) > 1 for a, _ in lines) else title,
                  fontsize=10)
     ax.grid(alpha=0.3)

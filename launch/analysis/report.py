@@ -335,7 +335,9 @@ def findings(aggs: list[ConfigAggregate], target: float | None) -> list[str]:
 
 def make_plots(aggs: list[ConfigAggregate], target: float | None, out: Path) -> list[tuple[str, Path]]:
     """One plot per slice (a slice shares its workload, so its metric), named after the metric."""
-    for old in [*out.glob("accuracy*.png"), *out.glob("metric*.png"), *out.glob("perplexity*.png")]:
+    word = metric_word(aggs)
+    for old in {*out.glob("accuracy*.png"), *out.glob("metric*.png"), *out.glob("perplexity*.png"),
+                *out.glob(f"{word}*.png")}:
         old.unlink()
     by_label = {a.label: a for a in aggs}
     groups = slices(aggs)
@@ -355,7 +357,6 @@ def make_plots(aggs: list[ConfigAggregate], target: float | None, out: Path) -> 
     plots = []
     drawable = [(n, g, ln) for n, g, ln in planned if not all(a.label in referenced for a in g)]
     for name, group, lines in drawable:
-        word = metric_word(aggs)
         file = out / (f"{word}.png" if len(drawable) == 1 else f"{word}-{naming.sanitize(name)}.png")
         title = f"{prefix}: {name}" if prefix else name
         if group[0].has_kills:
@@ -503,7 +504,7 @@ def render(name, src, sweep, runs, aggs, target, plots, pricing, machine, machin
     L += [md_table([{"run": r.rel, "configuration": r.label, "seed": r.seed if r.seed is not None else NA,
                      "status": r.status if r.status == "completed" else f"{r.status.upper()} {DAGGER}",
                      f"final {word}": fmt_value("final_metric", r.metrics.get("final_metric"))
-                     + ("" if shared_metric(aggs) else f" ({r.metric.name})"),
+                     + ("" if word != "metric" else f" ({r.metric.name})"),
                      f"time to {goal} (s)": fmt_value("time_to_target_s", r.metrics.get("time_to_target_s")),
                      "samples/s": fmt_value("samples_per_s", r.metrics.get("samples_per_s")),
                      "recovery (s)": fmt_value("recovery_s", r.metrics.get("recovery_s")),

@@ -15,7 +15,7 @@ from .plots import outage_spans, shade_outages, with_gaps
 from .summary import final_metric, metric_timeline
 
 
-def plot_timeline(summary: dict, path: Path) -> Path | None:
+def plot_timeline(summary: dict, metric: metrics.Metric, path: Path) -> Path | None:
     timeline = metric_timeline(summary)
     if not timeline:
         return None
@@ -27,8 +27,7 @@ def plot_timeline(summary: dict, path: Path) -> Path | None:
     shade_outages(ax, outage_spans([summary.get("setbacks") or []]))
     mark_faults(ax, fault_list(summary))
     ax.set_xlabel("seconds since training started")
-    metric = metrics.of_summary(summary)
-    ax.set_ylabel(f"test {metric.name}" + ("" if metric.higher_is_better else " (lower is better)"))
+    ax.set_ylabel(metric.axis_label)
     ax.set_title(f"{summary['benchmark']}, mode {summary['mode']}, seed {summary['seed']}")
     ax.legend(fontsize="small")
     ax.grid(alpha=0.3)
@@ -83,7 +82,7 @@ def write_run_report(run_dir: str | Path) -> Path:
     config = json.loads((run_dir / "config.json").read_text())
     command = (run_dir / "command.txt").read_text().strip() if (run_dir / "command.txt").exists() else ""
     metric = metrics.of_summary(summary)
-    plot = plot_timeline(summary, run_dir / f"{metric.name}.png")
+    plot = plot_timeline(summary, metric, run_dir / f"{metric.name}.png")
     status = "completed" if summary["completed"] else f"**INCOMPLETE**: {summary['exit_reason']}"
     figures = {
         "status": status,
