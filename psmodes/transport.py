@@ -126,14 +126,19 @@ def isend(comm: MPI.Comm, msg: Message, payload: np.ndarray | None, dest: int, t
 
 def recv_header(comm: MPI.Comm, source: int, tag: int, timeout: float, what: str,
                 on_idle=None, poll: float = 0.001, suspect=None) -> tuple[np.ndarray, int]:
-    """Receive one header; returns (header, source rank). ``poll``: see :func:`wait`."""
+    """Receive one header; returns (header, source rank). ``poll``: see :func:`wait`.
+
+    A header that an earlier, withdrawn receive had already taken comes first (:data:`KEPT`)."""
+    kept = KEPT.take(comm, source, tag)
+    if kept is not None:
+        return kept
     hdr = np.empty(HEADER_LEN, dtype=np.int64)
     status = MPI.Status()
     req = comm.Irecv(hdr, source, tag)
     try:
         wait(req, timeout, what, poll=poll, on_idle=on_idle, status=status, suspect=suspect)
     except BaseException:
-        _cancel(req)
+        KEPT.withdraw(req, comm, tag, hdr)
         raise
     return hdr, (status.Get_source() if source == MPI.ANY_SOURCE else source)
 
@@ -153,6 +158,55 @@ def recv_payload(comm: MPI.Comm, buf: np.ndarray, source: int, tag: int, timeout
     except BaseException:
         _cancel(req)
         raise
+
+
+class KeptHeaders:
+    """Headers that a withdrawn receive had already taken, kept for the next receive of the
+    same tag on the same communicator.
+
+    A wait cut short between polls (the leader's respawn announcement raises RespawnNow there)
+    cancels its receive; if a message matched that receive meanwhile, MPI_Cancel fails and the
+    message would be gone. Found by psbench chaos (hybrid, 2 spares): the promoted head took the
+    leader's announcement and, in the same progress call, the HELLO the leader sent right after
+    its own (instant) part of the repair. Spares fill roles in place, in the same world, so
+    nobody sends that HELLO again: the leader waited for an answer, and the live head was
+    suspected and fenced 3 s later. A repair that makes a new world (shrink, spawn) leaves
+    the headers kept on the old one unread: their senders talk on the new world."""
+
+    LIMIT = 64         # a few per repair at most; the oldest go first
+    SETTLE_S = 0.1     # a cancelled receive completes at once: locally, or with the message it took
+
+    def __init__(self) -> None:
+        self._kept: list[tuple[MPI.Comm, int, int, np.ndarray]] = []  # (comm, source, tag, header)
+
+    def withdraw(self, req: MPI.Request, comm: MPI.Comm, tag: int, hdr: np.ndarray) -> None:
+        """Cancel a posted header receive; keep the header if it had taken one."""
+        status = MPI.Status()
+        try:
+            if req == MPI.REQUEST_NULL:
+                return
+            req.Cancel()
+            deadline = time.monotonic() + self.SETTLE_S
+            while not req.Test(status):
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(1e-4)
+        except MPI.Exception:  # a failed receive (a death): the repair makes a new world anyway
+            return
+        if not status.Is_cancelled():
+            self._kept.append((comm, status.Get_source(), tag, hdr.copy()))
+            del self._kept[:-self.LIMIT]
+
+    def take(self, comm: MPI.Comm, source: int, tag: int) -> tuple[np.ndarray, int] | None:
+        """The oldest kept header for this receive, and its source; None if there is none."""
+        for i, (kept_comm, src, kept_tag, hdr) in enumerate(self._kept):
+            if kept_comm is comm and kept_tag == tag and source in (MPI.ANY_SOURCE, src):
+                del self._kept[i]
+                return hdr, src
+        return None
+
+
+KEPT = KeptHeaders()
 
 
 class PostedSends:
@@ -221,6 +275,9 @@ class FairInbox:
         (the receive for that sender is re-posted only then, so it cannot match the payload)."""
         for r, req in self.reqs.items():
             if req is None:
+                kept = KEPT.take(self.comm, r, self.tag)
+                if kept is not None:
+                    return kept
                 self.reqs[r] = self.comm.Irecv(self.bufs[r], r, self.tag)
         deadline = time.monotonic() + timeout
         sleep = 2e-5
@@ -241,9 +298,10 @@ class FairInbox:
             sleep = min(sleep * 2, 0.001)
 
     def close(self) -> None:
-        for req in [*self.reqs.values(), self.sentinel]:
+        for r, req in self.reqs.items():
             if req is not None:
-                _cancel(req)
+                KEPT.withdraw(req, self.comm, self.tag, self.bufs[r])
+        _cancel(self.sentinel)
 
 
 def _cancel(req: MPI.Request) -> None:

@@ -1,0 +1,23 @@
+"""psmodes/transport.py on two real ranks: what a withdrawn receive had taken is kept."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from launch.analysis.machine import find_mpirun
+from launch.driver.mpirun import mpirun_env
+
+HERE = Path(__file__).resolve().parent
+
+
+def test_a_header_taken_by_a_withdrawn_receive_is_received_next_and_in_order():
+    """The promoted head lost the leader's HELLO this way in psbench chaos (hybrid, 2 spares) and was
+    fenced while alive: one receive is cut short before anything arrived, the next after the HELLO
+    matched it; the next two receives must get version 7 and then version 8, not time out."""
+    proc = subprocess.run([find_mpirun(), "-np", "2", "--oversubscribe", "--bind-to", "none", sys.executable,
+                           str(HERE / "kept_header_ranks.py")], env=mpirun_env(), capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "not cut short" not in proc.stdout
+    assert "received 7@1 8@1" in proc.stdout, proc.stdout + proc.stderr
