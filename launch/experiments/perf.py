@@ -300,7 +300,7 @@ class Perf:
             gap = p.kill_gap_s + (COLD_START_S + RunConfig().suspect_after_s if kind == "hang" else 0.0)
             times = [round(5 + i * gap, 1) for i in range(p.kills)]
             for (mode, extra), repair in [(m, r) for m in FAILURE_MODES.items() for r in REPAIRS[kind]]:
-                if p.quick and (kind != "kill" or repair == "spare") and mode != "checkpoint":
+                if p.quick and mode != "checkpoint":  # the tests kill every mode elsewhere; quick keeps the sections
                     continue
                 scheduled = {"kill": {"kill_ps": [f"{t}s" for t in times]}, "hang": {"hang_ps": [f"{t}s" for t in times]},
                              "slow": {"slow_ps": [f"{t}s~{SLOW_S:g}s" for t in times]}, "outside": {}}[kind]
@@ -346,10 +346,11 @@ class Perf:
 
     def memory(self) -> None:
         p = self.plan
-        delay = 4.0 if p.quick else 8.0
+        delay = 3.0 if p.quick else 8.0
         for policy in p.policies:
             cfg = self.base(mode="stateless", replay=policy, max_buffered=p.max_buffered, seed=0,
-                            duration_s=delay + (10 if p.quick else 14), kill_ps=["4s"], restart_delay_s=delay)
+                            duration_s=delay + (7 if p.quick else 14), kill_ps=["3s" if p.quick else "4s"],
+                            restart_delay_s=delay)
             s = self.run(cfg, f"memory-{policy}")
             handovers = _events(Path(cfg.run_dir), ("handover",))
             self.results["memory"].append({
