@@ -334,3 +334,16 @@ def test_a_report_of_a_metric_to_minimise_ranks_lower_as_better(tmp_path):
     assert (tmp_path / "r" / "perplexity.png").exists()
     bad = psbench("report", str(root), "--out", str(tmp_path / "r2"), "--target", "-1")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+
+
+def test_an_option_the_others_determine_is_left_out_of_the_names():
+    """The workloads sweep: each benchmark brings its own optimizer, which names nothing more."""
+    from launch.analysis.naming import labels
+    from psmodes.config import RunConfig
+
+    own = [RunConfig(benchmark=b, optimizer=o, mode=m).to_dict()
+           for b, o in (("fmnist-cnn", "sgd"), ("gpt-tiny", "adamw")) for m in ("checkpoint", "chain")]
+    assert labels(own) == ["checkpoint-benchmark-fmnist-cnn", "chain-benchmark-fmnist-cnn",
+                           "checkpoint-benchmark-gpt-tiny", "chain-benchmark-gpt-tiny"]
+    crossed = own + [RunConfig(benchmark="gpt-tiny", optimizer="sgd", mode="chain").to_dict()]
+    assert len(set(labels(crossed))) == 5 and "chain-benchmark-gpt-tiny-optimizer-sgd" in labels(crossed)

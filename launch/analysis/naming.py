@@ -73,6 +73,7 @@ def labels(configs: list[dict], keys: list[str] | None = None) -> list[str]:
     """One label per configuration (equal configurations get equal labels, different ones
     different labels)."""
     keys = varying_keys(configs) if keys is None else keys
+    keys = without_implied(configs, keys)
     by_count = {}
     for k in KILL_KEYS:
         if k in keys:
@@ -92,6 +93,28 @@ def labels(configs: list[dict], keys: list[str] | None = None) -> list[str]:
         owners.setdefault(name, set()).add(key_of(c))
     return [name if len(owners[name]) == 1 else f"{name}-{hashlib.sha1(key_of(c).encode()).hexdigest()[:6]}"
             for c, name in zip(configs, out)]
+
+
+def without_implied(configs: list[dict], keys: list[str]) -> list[str]:
+    """``keys`` less those whose value the others already determine, the last first: in the
+    workloads sweep each benchmark brings its own optimizer, and every label read
+    ``checkpoint-benchmark-gpt-tiny-optimizer-adamw``. A key that does not vary stays (a sweep
+    names the options fixed on its command line)."""
+    ids = [identity(c) for c in configs]
+    varying = set(varying_keys(configs))
+
+    def value(d: dict, k: str) -> str:
+        return json.dumps(d.get(k), sort_keys=True, default=str)
+
+    kept = list(keys)
+    for k in reversed(keys):
+        if k not in varying:
+            continue
+        rest = [o for o in kept if o != k]
+        seen: dict[tuple, str] = {}
+        if all(seen.setdefault(tuple(value(d, o) for o in rest), value(d, k)) == value(d, k) for d in ids):
+            kept = rest
+    return kept
 
 
 def _part(key: str, value, count_form: bool) -> str:

@@ -280,7 +280,9 @@ def findings(aggs: list[ConfigAggregate], target: float | None) -> list[str]:
         metric = cands[0].metric
         goal = target_text(group, target)
         reached = [a for a in cands if a.reached]
-        if not reached:
+        if target is None and metric.default_target is None:
+            lines.append(f"no time to target: {metric.name} has no default target (`psbench report --target`).")
+        elif not reached:
             lines.append(f"no configuration reached the target {metric.name} {goal}.")
         else:
             ranked = sorted(reached, key=lambda a: (-a.reached / len(a.completed), _mean(a, "time_to_target_s")))
