@@ -26,8 +26,10 @@ class Metric:
     finish: Callable = float  # the mean over all items -> the metric (perplexity: exp)
     default_target: float | None = None  # the report's --target when none is given
 
-    def score(self, model, to_inputs: Callable, x: np.ndarray, y: np.ndarray, batch: int = 1000) -> float:
-        """The metric of ``model`` over (x, y), in batches, without gradients."""
+    def score(self, model, to_inputs: Callable, x: np.ndarray, y: np.ndarray, batch: int = 1000,
+              between: Callable | None = None) -> float:
+        """The metric of ``model`` over (x, y), in batches, without gradients; ``between()`` is
+        called after each batch (it may raise to abandon the evaluation)."""
         import torch
 
         total, items = 0.0, 0
@@ -36,6 +38,8 @@ class Metric:
                 out = model(to_inputs(x[start:start + batch]))
                 s, n = self.batch_total(out, torch.from_numpy(np.ascontiguousarray(y[start:start + batch])))
                 total, items = total + s, items + n
+                if between is not None:
+                    between()
         return self.finish(total / max(items, 1))
 
     def better(self, a: float, b: float) -> bool:
