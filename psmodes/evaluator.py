@@ -8,6 +8,7 @@ the CPU this rank uses. Periodic evaluations use a fixed, seeded subset of
 """
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -47,12 +48,19 @@ def emit_eval(ctx: Context, value: float, **fields) -> None:
 
 # A death elsewhere is repaired by every survivor together (MPI_Comm_shrink, then the spawn), the
 # evaluator included, and one busy scoring joins only when it is done: a ResNet-18's 2000 test images
-# took 18 s on 2 busy cores, and chain's takeover waited 3.9 s of them, checkpoint's up to 13 s (found
-# in the workloads sweep). Periodic evaluations go in batches of about BATCH_S seconds and look for a
-# death or a repair announcement between them; the snapshot is then given up (the next one comes
-# from the repaired PS).
+# took 18 s on 2 busy cores, and chain's takeover waited 3.5 s of them, checkpoint's up to 13 s (found
+# in the workloads sweep). A periodic evaluation runs on a helper thread, in batches of about BATCH_S
+# seconds, while this thread watches for a death or a repair announcement as every waiting rank does;
+# on one the snapshot is given up at the next batch (the next one comes from the repaired PS). Seen
+# after the change: the evaluator, 5 s into a ResNet-18 evaluation, joined the shrink before the
+# leader (still computing its 1.3 s step) had noticed the death.
 BATCH_S = 0.1
 FIRST_BATCH = 100
+POLL_S = 0.002  # the watching thread's poll: as often as a rank waiting on a peer
+
+
+class Abandoned(Exception):
+    """Raised between batches of an evaluation that a death or a repair cut short."""
 
 
 class Evaluator:
@@ -80,7 +88,7 @@ class Evaluator:
             if final:  # no new snapshot would come: a repair waits for the final score (its PS is done)
                 value = score(ctx, self.flat, self.x, self.y)
             else:
-                value = score(ctx, self.flat, self.sub_x, self.sub_y, batch=self.batch, between=self._between)
+                value = self._score_watched()
                 per_item = (time.perf_counter() - t0) / max(len(self.sub_y), 1)
                 self.batch = int(min(1000, max(8, BATCH_S / max(per_item, 1e-9))))
             emit_eval(ctx, value, ps_step=snap.version, final=final, t_snapshot=snap.t_ms / 1000.0,
@@ -90,7 +98,34 @@ class Evaluator:
                 ctx.log.emit(Ev.DONE, completed=True)
                 return True
 
-    def _between(self) -> None:
-        """Between batches: PeerFailed on a death, RespawnNow on the leader's announcement."""
-        self.ctx.idle()
-        tp.test(self.ctx.death_watch(), "evaluator scores a snapshot")
+    def _score_watched(self) -> float:
+        """The subset's score, computed on a helper thread while this one polls for a death
+        (PeerFailed) or the leader's announcement (RespawnNow), which abandon it."""
+        ctx, stop, box = self.ctx, threading.Event(), {}
+
+        def between() -> None:
+            if stop.is_set():
+                raise Abandoned()
+
+        def target() -> None:
+            try:
+                box["value"] = score(ctx, self.flat, self.sub_x, self.sub_y, batch=self.batch, between=between)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                box["error"] = exc
+
+        thread = threading.Thread(target=target, name="evaluation", daemon=True)
+        thread.start()
+        try:
+            while thread.is_alive():
+                thread.join(POLL_S)
+                ctx.idle()
+                tp.test(ctx.death_watch(), "evaluator scores a snapshot")
+        except BaseException:
+            stop.set()
+            thread.join(ctx.peer_timeout)  # it stops at the next batch; the next snapshot is received into its model
+            if thread.is_alive():
+                raise tp.PeerTimeout(f"an abandoned evaluation did not stop in {ctx.peer_timeout:.0f} s") from None
+            raise
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
