@@ -98,8 +98,9 @@ def labels(configs: list[dict], keys: list[str] | None = None) -> list[str]:
 def without_implied(configs: list[dict], keys: list[str]) -> list[str]:
     """``keys`` less those whose value the others already determine, the last first: in the
     workloads sweep each benchmark brings its own optimizer, and every label read
-    ``checkpoint-benchmark-gpt-tiny-optimizer-adamw``. A key that does not vary stays (a sweep
-    names the options fixed on its command line)."""
+    ``checkpoint-benchmark-gpt-tiny-optimizer-adamw``. The label's main axes (:data:`ORDER`: the
+    mode, the fault schedules, the consistency) always stay, even when they vary together, and so
+    does a key that does not vary (a sweep names the options fixed on its command line)."""
     ids = [identity(c) for c in configs]
     varying = set(varying_keys(configs))
 
@@ -108,7 +109,7 @@ def without_implied(configs: list[dict], keys: list[str]) -> list[str]:
 
     kept = list(keys)
     for k in reversed(keys):
-        if k not in varying:
+        if k not in varying or k in ORDER:
             continue
         rest = [o for o in kept if o != k]
         seen: dict[tuple, str] = {}
