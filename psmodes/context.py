@@ -21,13 +21,14 @@ from mpi4py import MPI
 from benchmarks.registry import get as get_workload
 
 from . import killpoints, modes, transport
-from .cluster import Cluster, full_layout
+from .cluster import Cluster, fill_from_spares, full_layout
 from .config import RunConfig
 from .errors import RunFailed
 from .events import Ev, EventLog
 from .flatparams import FlatParams
 from .messages import ACTION_NONE, ACTION_SPAWN, HEADER_LEN, Announce
 from .optim import default_lr
+from .pidfiles import spawned_dead
 from .suspicion import COLD_START_S
 
 # a spawn or join still running this long after a member's death is known is given up (see respawn)
@@ -97,9 +98,10 @@ class Context:
         self._post_action()
         return dead
 
-    def _shrink(self, exc: transport.PeerFailed, via: str) -> list:
-        """Drop the dead from the world (every survivor takes part); RunFailed when the run cannot go on."""
-        t_detect = time.time()
+    def _shrink(self, exc: transport.PeerFailed, via: str, t_detect: float | None = None) -> list:
+        """Drop the dead from the world (every survivor takes part); RunFailed when the run cannot go on.
+        ``t_detect``: when the death was known, if before now."""
+        t_detect = t_detect or time.time()
         workers = [r.label for r in self.failed_roles() if r.kind == "worker"]
         if workers:
             # the worker group is fixed (no elastic workers): a dead worker ends the run. Said before
@@ -228,7 +230,12 @@ class Context:
         some survivors' PMIx group construction waited for it for good (in most runs on a
         fresh machine). A survivor therefore gives an attempt up :data:`STALL_GRACE_S` after it
         knows of a death, and the helper thread stays behind, blocked (the next attempt, on the
-        shrunk world, is not held up by it). Only a death that
+        shrunk world, is not held up by it). A replacement that dies before it joins is such a
+        death too, though no member of the world died: MPI_Comm_spawn waits for it for good (seen:
+        a SIGSEGV in Open MPI 5.0.11's MPI_Init, chaos hybrid trial-047). The survivors see it by
+        its pid file (:func:`psmodes.pidfiles.spawned_dead`) and give the attempt up at once (no
+        grace: it cannot join any more); the shrink then drops nobody and the spawn is tried
+        again. Only a death that
         leaves no copy of the PS state (chain: head and all replicas) or kills a
         worker ends the run, with the same one-line reason as a death outside
         the spawn."""
@@ -237,20 +244,24 @@ class Context:
         for attempt in range(1, SPAWN_TRIES + 1):
             missing = self.cluster.missing(full)
             root = self.cluster.me.kind == "ps" and bool(missing)  # the spawn's root
+            dead_spawned: list[dict] = []  # replacements of this attempt that died before joining
             try:
                 if root:
                     killpoints.reached("spawn", self, attempt=attempt, missing=[r.label for r in missing])
                 spawned = (lambda: killpoints.reached("in_spawn", self, attempt=attempt)) if root else None
+                to_spawn = fill_from_spares(self.cluster.roles, missing)[2]
+                names = [r.in_generation(self.cluster.generation + 1) for r in to_spawn]  # respawn's generation
                 taken, spawned_roles = self._bounded(lambda: self.cluster.respawn(missing, self.cfg.run_dir, spawned),
-                                                     self.outage_timeout, "spawn", stalled_by=self._death_noticed)
+                                                     self.outage_timeout, "spawn",
+                                                     stalled_by=lambda: self._stalled(names, dead_spawned))
                 break
             except transport.PeerFailed as exc:
                 self.log.emit(Ev.SPAWN_FAILED, attempt=attempt, error=str(exc), spawning=[r.label for r in missing],
-                              role=self.cluster.me.label, rank=self.cluster.rank)
+                              died_before_joining=dead_spawned, role=self.cluster.me.label, rank=self.cluster.rank)
                 if attempt == SPAWN_TRIES:
                     raise RunFailed(f"the spawn of the missing roles failed {SPAWN_TRIES} times, "
                                     f"the last time: {exc}") from None
-                self._shrink(exc, via="spawn")
+                self._shrink(exc, via="spawn", t_detect=min((d["t_seen"] for d in dead_spawned), default=None))
         seconds = time.monotonic() - t0
         self._action_req = None
         if spawned_roles:  # the spawned replacements are still starting (psmodes.suspicion); a spare is warm
@@ -259,6 +270,18 @@ class Context:
                       seconds=seconds, attempts=attempt, role=self.cluster.me.label, rank=self.cluster.rank,
                       generation=self.cluster.generation)
         return seconds
+
+    def _stalled(self, spawning: list[str], dead_spawned: list[dict]) -> tuple[str, float] | None:
+        """Why the spawn of ``spawning`` may not end well, and how long it still gets (None: all is
+        well): a member of the world died (:data:`STALL_GRACE_S`), or a replacement died before it
+        joined (no time: added to ``dead_spawned``)."""
+        if self._death_noticed():
+            return "a member died", STALL_GRACE_S
+        dead = spawned_dead(self.cfg.run_dir, spawning)
+        if dead:
+            dead_spawned[:] = dead
+            return f"{', '.join(d['name'] for d in dead)} died before joining", 0.0
+        return None
 
     def _death_noticed(self) -> bool:
         """Whether a member of the world died, after driving MPI progress: ULFM takes in the
@@ -274,11 +297,11 @@ class Context:
         return bool(self.cluster.known_failed())
 
     @staticmethod
-    def _bounded(fn, timeout: float, what: str, stalled_by=None, grace: float = STALL_GRACE_S):
+    def _bounded(fn, timeout: float, what: str, stalled_by=None):
         """Run a blocking collective (MPI_Comm_spawn has no timeout of its own) on a helper
         thread; PeerTimeout if it has not returned in ``timeout`` s (the run is then hung).
-        ``stalled_by``: polled meanwhile; PeerFailed once it has said a member died ``grace`` s
-        before and the call has still not returned."""
+        ``stalled_by``: polled meanwhile; once it has said (reason, grace), PeerFailed if the call
+        has not returned ``grace`` s later."""
         box: dict = {}
 
         def target():
@@ -289,16 +312,17 @@ class Context:
 
         thread = threading.Thread(target=target, name=what, daemon=True)
         thread.start()
-        deadline, dead_since = time.monotonic() + timeout, None
+        deadline, stalled, since = time.monotonic() + timeout, None, 0.0
         while time.monotonic() < deadline:
             thread.join(0.05)
             if not thread.is_alive():  # its result, even one that came after a death, stands
                 break
-            if stalled_by is not None and dead_since is None and stalled_by():
-                dead_since = time.monotonic()
-            if dead_since is not None and time.monotonic() - dead_since > grace:
-                raise transport.PeerFailed(f"{what}: a member died and the call did not return in {grace:.0f} s",
-                                           MPI.ERR_PROC_FAILED)
+            if stalled_by is not None and stalled is None:
+                stalled, since = stalled_by(), time.monotonic()
+            if stalled is not None and time.monotonic() - since >= stalled[1]:
+                reason, grace = stalled
+                raise transport.PeerFailed(f"{what}: {reason} and the call did not return"
+                                           + (f" in {grace:.0f} s" if grace else ""), MPI.ERR_PROC_FAILED)
         if thread.is_alive():
             raise transport.PeerTimeout(f"{what}: not done in {timeout:.0f} s")
         if "error" in box:

@@ -31,7 +31,7 @@ class Ev(StrEnum):
     RESPAWNED = "respawned"            # spawned, from_spares, seconds, attempts, generation
     SPARE_TAKEN = "spare_taken"        # a spare took a role: role, generation, log (its events go on there)
     SPARE_WAITED = "spare_waited"      # what a spare's wait cost: wait_s, cpu_s (until it took a role or retired)
-    SPAWN_FAILED = "spawn_failed"      # attempt, error, spawning
+    SPAWN_FAILED = "spawn_failed"      # attempt, error, spawning, died_before_joining
     KILLPOINT = "killpoint"            # point, pid, host: stopped itself for the injector (tests)
     SUSPECT = "suspect"                # role, pid, host, what, waited_s, t_suspect: a peer past --suspect-after
     # the PS

@@ -45,7 +45,8 @@ from pathlib import Path
 from .events import Ev
 
 ENV = "PSBENCH_KILL_POINT"
-POINTS = ("apply", "send_weights", "checkpoint_write", "chain_forward", "replay", "takeover", "spawn", "in_spawn")
+POINTS = ("apply", "send_weights", "checkpoint_write", "chain_forward", "replay", "takeover", "spawn",
+          "in_spawn", "replacement_init")
 REPLICA_POINTS = ("tail_receive",)
 
 
@@ -72,11 +73,19 @@ def reached(name: str, ctx, **fields) -> bool:
 
     Returns False when not armed (the normal case); otherwise it does not
     return until the process is continued (never, in practice: it is killed)."""
+    if name not in _ARMED:
+        return False
+    return reached_by(name, ctx.cfg.run_dir, ctx.log, role=ctx.cluster.me.label,
+                      generation=ctx.cluster.generation, **fields)
+
+
+def reached_by(name: str, run_dir: str, log, role: str, generation: int, **fields) -> bool:
+    """:func:`reached` for a process that has no Context yet (a replacement before its MPI_Init)."""
     entries = _ARMED.get(name)
     if not entries:
         return False
     version = fields.get("version")
-    folder = Path(ctx.cfg.run_dir) / "killpoints"
+    folder = Path(run_dir) / "killpoints"
     folder.mkdir(exist_ok=True)
     for i, from_version in enumerate(entries, start=1):
         if from_version and (version is None or version < from_version):
@@ -87,8 +96,8 @@ def reached(name: str, ctx, **fields) -> bool:
             continue
         os.write(fd, f"{os.getpid()}\n".encode())
         os.close(fd)
-        ctx.log.emit(Ev.KILLPOINT, point=name, nth=i, pid=os.getpid(), host=socket.gethostname(),
-                     role=ctx.cluster.me.label, generation=ctx.cluster.generation, **fields)
+        log.emit(Ev.KILLPOINT, point=name, nth=i, pid=os.getpid(), host=socket.gethostname(),
+                 role=role, generation=generation, **fields)
         os.kill(os.getpid(), signal.SIGSTOP)
         return True
     return False

@@ -33,6 +33,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     die_with_parent()
     from .config import RunConfig
+    from .roles import Role
+
+    if args.role:
+        me = Role.parse(args.role)
+        name = me.in_generation(args.generation)
+        announce_spawned(args.run_dir, me, name, args.generation)
 
     cfg = RunConfig.load(f"{args.run_dir}/config.json")
     join_deadline = bound_the_join(cfg, args.role) if args.role else None
@@ -41,15 +47,12 @@ def main(argv: list[str] | None = None) -> int:
 
     # only light imports before a replacement joins: the survivors wait in the spawn until it does
     from .cluster import Cluster, initial_layout
-    from .roles import Role
     from .transport import PeerFailed
 
     full = initial_layout(cfg)
     MPI.COMM_WORLD.Set_errhandler(MPI.ERRORS_RETURN)
     worker_comm = None
     if args.role:
-        me = Role.parse(args.role)
-        name = f"{me.label}-gen{args.generation}"
         try:
             cluster = Cluster.join_as_spawned(me, [Role.parse(r) for r in args.parents.split(",")],
                                               [Role.parse(r) for r in args.spawned.split(",")], args.generation)
@@ -150,7 +153,7 @@ def promote(ctx, role, threads: int) -> str:
     """A spare took ``role``: its events go on in the stream a spawned replacement of this
     generation would write (``ps-gen1``), which the analysis reads as such; the spare's own
     stream ends with the ``spare_taken`` event. Returns the new stream's name."""
-    name = f"{role.label}-gen{ctx.cluster.generation}"
+    name = role.in_generation(ctx.cluster.generation)
     spare = ctx.log.name
     ctx.log.emit(Ev.SPARE_TAKEN, role=role.label, generation=ctx.cluster.generation, log=name)
     emit_usage(ctx.log)
@@ -158,6 +161,19 @@ def promote(ctx, role, threads: int) -> str:
     ctx.log = EventLog(ctx.cfg.run_dir, name)
     start_event(ctx, threads, spare=spare)
     return name
+
+
+def announce_spawned(run_dir: str, me, name: str, generation: int) -> None:
+    """A spawned replacement, before its MPI_Init: its pid file, by which the survivors waiting
+    for it in MPI_Comm_spawn learn that it died before it joined (psmodes.pidfiles.spawned_dead),
+    and the ``replacement_init`` kill point, which kills it there."""
+    from . import killpoints
+    from .pidfiles import write_spawned_pid
+
+    write_spawned_pid(run_dir, name)
+    if killpoints.armed("replacement_init"):
+        killpoints.reached_by("replacement_init", run_dir, EventLog(run_dir, name), role=me.label,
+                              generation=generation)
 
 
 def bound_the_join(cfg, role: str) -> threading.Timer:

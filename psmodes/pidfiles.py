@@ -4,6 +4,11 @@ The holder writes it when it takes the role (the PS, a promoted replica, a repli
 worker); the launcher's fault injector reads it to find its target, and a rank that
 suspects a peer (:mod:`psmodes.suspicion`) reads it to name the process to fence, and
 :func:`alive` tells whether a holder on this host still runs.
+
+``<run_dir>/pids/spawned/<role>-gen<G>.json`` names a spawned replacement from before its
+MPI_Init, while the survivors wait for it in ``MPI_Comm_spawn``: a replacement that dies
+there (seen: a SIGSEGV inside Open MPI 5.0.11's MPI_Init) leaves that call waiting for good,
+and :func:`spawned_dead` is how the survivors learn of it (:meth:`psmodes.context.Context.respawn`).
 """
 from __future__ import annotations
 
@@ -61,3 +66,39 @@ def alive(pid: int) -> bool:
         return not os.path.exists("/proc/self/stat")
     except OSError:
         return True
+
+
+def _spawned_folder(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "pids" / "spawned"
+
+
+def write_spawned_pid(run_dir: str | Path, name: str) -> None:
+    """A spawned replacement (``name``: ``ps-gen1``), first thing, before its MPI_Init."""
+    folder = _spawned_folder(run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    info = {"pid": os.getpid(), "host": socket.gethostname(), "t": time.time()}
+    write_text_atomic(folder / f"{name}.json", json.dumps(info) + "\n")
+
+
+def spawned_dead(run_dir: str | Path, names: list[str]) -> list[dict]:
+    """Those of the spawned replacements ``names`` known to have died (name, pid, host, t_seen):
+    seen dead here (a process of this host), or marked dead by a survivor on their host
+    (``<name>.dead``: the run directory is shared by the hosts, like its config). One that has
+    not written its pid file yet is not known."""
+    folder, host, dead = _spawned_folder(run_dir), socket.gethostname(), []
+    for name in names:
+        marker = folder / f"{name}.dead"
+        try:
+            dead.append(json.loads(marker.read_text()))
+            continue
+        except (FileNotFoundError, ValueError):
+            pass
+        try:
+            info = json.loads((folder / f"{name}.json").read_text())
+        except (FileNotFoundError, ValueError):
+            continue
+        if info.get("host") == host and not alive(info["pid"]):
+            seen = {"name": name, "pid": info["pid"], "host": host, "t_seen": time.time()}
+            write_text_atomic(marker, json.dumps(seen) + "\n")
+            dead.append(seen)
+    return dead

@@ -22,6 +22,11 @@ class Role:
     def label(self) -> str:
         return self.kind if self.kind in ("ps", "evaluator") else f"{self.kind}{self.index}"
 
+    def in_generation(self, generation: int) -> str:
+        """The name of this role's replacement of ``generation`` (``ps-gen1``): its event stream
+        and its spawned pid file (psmodes.pidfiles)."""
+        return f"{self.label}-gen{generation}"
+
     @property
     def spec(self) -> str:
         """``kind:index``, how a spawned replacement is told roles on its command line."""

@@ -185,12 +185,16 @@ def test_fault_records_tell_planned_from_unplanned():
         ev(7.0, "suspect", "worker0", t_suspect=7.0, pid=11, host="h", role="ps", waited_s=2.0, what="x"),
         ev(7.1, "fence", "launcher", t_fence=7.1, pid=11, host="h", role="ps", by="worker0", t_suspect=7.0,
            waited_s=1.5),  # a hang nobody injected
+        # the replacement of the fenced PS dies before its MPI_Init: both survivors say so
+        *[ev(8.6, "spawn_failed", who, died_before_joining=[{"name": "ps-gen2", "pid": 14, "host": "h",
+                                                             "t_seen": 8.5}]) for who in ("worker0", "worker1")],
         ev(9.0, "usage", "worker0"),
     ]
     faults = fault_records(stream, lambda k: k["t_kill"], same)
     assert [(f["kind"], f["planned"], f["pid"]) for f in faults] == [
-        ("hang", True, 10), ("unplanned", False, 12), ("unplanned", False, 11)]
-    hang, evaluator, unplanned_hang = faults
+        ("hang", True, 10), ("unplanned", False, 12), ("unplanned", False, 11), ("unplanned", False, 14)]
+    hang, evaluator, unplanned_hang, in_spawn = faults
+    assert in_spawn["_t"] == 8.5 and in_spawn["role"] == "ps" and "before it joined" in in_spawn["evidence"]
     assert hang["_t_fence"] == 3.1
     assert evaluator["_t"] == 5.0 and "without a word" in evaluator["evidence"]
     assert unplanned_hang["_t"] == 5.5 and "fenced" in unplanned_hang["evidence"]  # when the suspected wait began

@@ -9,13 +9,15 @@ Kinds:
   when a rank suspected it and the launcher SIGKILLed it (:mod:`psmodes.suspicion`);
 - ``slow``: a slow phase (``--slow-ps``), which the ranks should ride out;
 - ``partition``: the PS's host cut off the network for a while (``--partition-ps``);
-- ``unplanned`` (``planned: false``): a failure no injector event explains. Three kinds
+- ``unplanned`` (``planned: false``): a failure no injector event explains. Four kinds
   of evidence: a fence of a process nobody hung (a hang that happened by itself; its time
-  is when the wait that suspected it began), a crash report in ``mpirun.log``, and a
+  is when the wait that suspected it began), a crash report in ``mpirun.log``, a
   process that died with no word (no ``usage`` event, its last act, and no kill of ours)
-  that the survivors saw dead (a ``detect`` naming its role). The time of a silent death
-  is the process's last recorded event: the latest moment it was surely alive, so its
-  detection latency is an upper bound.
+  that the survivors saw dead (a ``detect`` naming its role), and a spawned replacement
+  that died before it joined (a ``spawn_failed`` naming it: it wrote no event). The time
+  of a silent death is the process's last recorded event (for a replacement, when a
+  survivor saw it dead): the latest moment it was surely alive, so its detection latency
+  is an upper bound.
 
 Every record has ``t_s`` (seconds since training started), ``kind``, ``planned``, ``role``,
 ``pid``, ``host`` and ``evidence``; the summary adds ``detection`` and ``recovery``.
@@ -82,6 +84,7 @@ def fault_records(events: list[dict], kill_time, to_launcher) -> list[dict]:
         crashed.add((c.get("pid"), _short(c.get("host"))))
         out.append(_record("unplanned", False, c["t"], c, f"crash report in mpirun.log: {c.get('reason')}"))
     out += silent_deaths(events, ours | crashed, to_launcher)
+    out += deaths_in_spawn(events, ours | crashed, to_launcher)
     out.sort(key=lambda r: r["_t"])
     return out
 
@@ -113,6 +116,21 @@ def silent_deaths(events: list[dict], explained: set, to_launcher) -> list[dict]
         rec = _record("unplanned", False, t_last, {**start, "role": role[who]},
                       f"{who} died without a word (no exit recorded, no kill sent); last event {last[who]['ev']}")
         out.append(rec)
+    return out
+
+
+def deaths_in_spawn(events: list[dict], explained: set, to_launcher) -> list[dict]:
+    """Spawned replacements that died before they joined, with no kill of ours and no crash
+    report: the survivors' ``spawn_failed`` names them (psmodes.pidfiles.spawned_dead)."""
+    out, seen = [], set(explained)
+    for e in (e for e in events if e["ev"] == "spawn_failed"):
+        for d in e.get("died_before_joining") or []:
+            key = (d["pid"], _short(d["host"]))
+            if key not in seen:
+                seen.add(key)
+                out.append(_record("unplanned", False, to_launcher(d["t_seen"], e["who"]),
+                                   {**d, "role": d["name"].partition("-gen")[0]},
+                                   f"{d['name']} died before it joined the survivors (their spawn waited for it)"))
     return out
 
 
