@@ -23,6 +23,7 @@ from __future__ import annotations
 import sys
 import time
 
+import numpy as np
 from mpi4py import MPI
 
 from . import transport
@@ -188,7 +189,25 @@ def join(parents: MPI.Group, parent_roles: list[Role], spawned: MPI.Group, spawn
         # whatever the class, the usual cause is a member that died: repair, as for a failed spawn
         raise transport.PeerFailed(f"join the new world: {exc.Get_error_string()}", MPI.ERR_PROC_FAILED) from None
     world.Set_errhandler(MPI.ERRORS_RETURN)
+    introduce(world)
     return world, [roles[i] for i in order]
+
+
+INTRO_TIMEOUT_S = 30.0
+
+
+def introduce(world: MPI.Intracomm) -> None:
+    """Every member of a new world sends every other one a byte, so that each pair has a connection.
+    ULFM in a spawned process learnt of a death in the job that spawned it only through a dropped
+    connection (Open MPI 5.0.11; seen: a spare spawned to refill the pool waited in its ANY_SOURCE
+    receive for good after the PS died, every survivor waiting for it in the shrink: it had never
+    exchanged a message with the PS). A member that dies meanwhile: PeerFailed, repaired as a
+    failed join."""
+    me, n = world.Get_rank(), world.Get_size()
+    out, into = np.zeros(1, dtype=np.uint8), np.zeros(n, dtype=np.uint8)
+    reqs = [world.Isend(out, r, transport.TAG_INTRO) for r in range(n) if r != me]
+    reqs += [world.Irecv(into[r:r + 1], r, transport.TAG_INTRO) for r in range(n) if r != me]
+    transport.wait(reqs, INTRO_TIMEOUT_S, "introduce the members of the new world")
 
 
 def chain_order(roles: list[Role]) -> list[int]:
@@ -212,13 +231,14 @@ def _promote(roles: list[Role]) -> list[Role]:
 def fill_from_spares(roles: list[Role], missing: list[Role]) -> tuple[list[Role], list[Role], list[Role]]:
     """The world's roles once its spares took the missing roles (in order: the PS first), the roles
     they took, and the roles left for a spawn. The same pure function on every survivor."""
-    roles, missing = list(roles), list(missing)
+    roles = list(roles)
+    wanted = [r for r in missing if r.kind != "spare"]  # a spare used up is spawned again (--refill-spares)
     taken = []
     for rank, role in enumerate(roles):
-        if role.kind == "spare" and missing:
-            roles[rank] = missing.pop(0)
+        if role.kind == "spare" and wanted:
+            roles[rank] = wanted.pop(0)
             taken.append(roles[rank])
-    return roles, taken, missing
+    return roles, taken, [r for r in missing if r not in taken]
 
 
 def full_layout(cfg) -> list[Role]:

@@ -298,6 +298,9 @@ class RunConfig:
     spares: int = option(0, "--spares", "standby ranks started with the job, warm, that take a dead PS's, "
                          "replica's or evaluator's place without MPI_Comm_spawn (spawned again once none is left)",
                          group="recovery", check=whole_number)
+    refill_spares: bool = option(False, "--refill-spares", "with --spares: once training runs again after spares "
+                                 "took roles, spawn new ones (training waits for their MPI_Init; their set-up "
+                                 "runs meanwhile)", group="recovery")
     replay: str = option("paper", "--replay", f"stateless mode: {', '.join(REPLAY_POLICIES)}", group="recovery",
                          check=one_of(REPLAY_POLICIES, "replay policy"))
     max_buffered: int = option(256, "--max-buffered", "stateless, replay sequential or staleness: gradients kept "
@@ -455,6 +458,12 @@ class RunConfig:
             why = "--recovery job-restart restarts the whole job" if mode.survives_ps_death else \
                 f"--mode {self.mode} does not repair the job"
             raise ConfigError(f"--spares {self.spares}: {why}, so no spare could take a role; drop --spares")
+        if self.refill_spares and not self.spares:
+            raise ConfigError("--refill-spares refills the pool of --spares: give --spares N (N >= 1) too")
+        if self.refill_spares and self.consistency != "sync":
+            # sync: the leader's word is every worker's, so it refills when all of them train again;
+            # an async leader cannot tell whether another worker is still reconnecting
+            raise ConfigError(f"--refill-spares needs --consistency sync, not {self.consistency}")
         if not self.ulfm and self.recovery == "ulfm" and mode.survives_ps_death:
             raise ConfigError(f"--mode {self.mode} repairs the job in place and needs ULFM, which is off; "
                               "use --recovery job-restart")

@@ -11,7 +11,6 @@ polls, which is where a pending announcement is noticed.
 from __future__ import annotations
 
 import os
-import threading
 import time
 
 import numpy as np
@@ -21,12 +20,13 @@ from mpi4py import MPI
 from benchmarks.registry import get as get_workload
 
 from . import killpoints, modes, transport
-from .cluster import Cluster, fill_from_spares, full_layout
+from .background import Background
+from .cluster import Cluster, fill_from_spares, full_layout, initial_layout
 from .config import RunConfig
 from .errors import RunFailed
 from .events import Ev, EventLog
 from .flatparams import FlatParams
-from .messages import ACTION_NONE, ACTION_SPAWN, HEADER_LEN, Announce
+from .messages import ACTION_NONE, ACTION_REFILL, ACTION_SPAWN, HEADER_LEN, Announce
 from .optim import default_lr
 from .pidfiles import spawned_dead
 from .suspicion import COLD_START_S
@@ -60,9 +60,12 @@ class Context:
         self._action_buf = np.zeros(HEADER_LEN, dtype=np.int64)  # an Announce, broadcast by the leader
         self._action_req: MPI.Request | None = None
         self._deaths = transport.DeathWatch()
+        self.refilling = False  # the announcement that came was ACTION_REFILL (read by respawn)
         self.prebuilt: FlatParams | None = None  # a spare's model, built while it waits (build_flat)
         # a replacement is itself cold at first, and so are the waits of the others on it (psmodes.suspicion)
         self.cold_until = time.monotonic() + COLD_START_S if cluster.generation else 0.0
+        if cluster.generation and self.refill_expected():  # as the survivors do after this repair (respawn)
+            self._post_action()
 
     # ---- timeouts
     @property
@@ -136,9 +139,20 @@ class Context:
             return False
         if done:
             self._action_req = None
-            if self._announcement() == ACTION_SPAWN:
-                return True
+            return self._took_announcement()
         return False
+
+    def _took_announcement(self) -> bool:
+        """Whether the completed announcement calls everyone into :meth:`respawn`."""
+        action = self._announcement()
+        self.refilling = action == ACTION_REFILL
+        return action in (ACTION_SPAWN, ACTION_REFILL)
+
+    def refill_expected(self) -> bool:
+        """--refill-spares with spares used up: the leader will announce their refill once training
+        runs again (every survivor waits for the announcement meanwhile). The same on every rank:
+        a function of the roles the repairs agreed on."""
+        return self.cfg.refill_spares and any(r.kind == "spare" for r in self.cluster.missing(initial_layout(self.cfg)))
 
     def _announcement(self) -> int:
         """The action of the leader's completed broadcast. ULFM can complete it with nothing
@@ -194,6 +208,7 @@ class Context:
         """Leader only: tell every survivor to join :meth:`respawn` now (or, with
         ACTION_NONE at the end of a run, that no repair will come)."""
         self._action_buf[:] = Announce(action).to_header()
+        self.refilling = action == ACTION_REFILL
         req = self.cluster.world.Ibcast(self._action_buf, root=self.cluster.leader)
         transport.wait(req, self.peer_timeout, "announce respawn")
 
@@ -201,7 +216,7 @@ class Context:
         """Between polls: raise RespawnNow once the leader's announcement arrived."""
         if self._action_req is not None and transport.test(self._action_req, "wait for repair announcement"):
             self._action_req = None
-            if self._announcement() == ACTION_SPAWN:
+            if self._took_announcement():
                 raise RespawnNow()
 
     def death_watch(self) -> MPI.Request:
@@ -216,9 +231,11 @@ class Context:
             time.sleep(0.005)
         raise transport.PeerTimeout(f"no repair announced within {timeout:.0f} s")
 
-    def respawn(self) -> float:
+    def respawn(self, refill: bool | None = None) -> float:
         """Every survivor: fill the missing roles (collective), after the leader's announcement:
         from the spares first, by a spawn for the rest (:meth:`psmodes.cluster.Cluster.respawn`).
+        ``refill`` (by default: the announcement said so): spawn the spares used up too
+        (``--refill-spares``, when no role is missing).
 
         A death during the spawn (a kill that lands while the replacement is
         starting: MPI_Comm_spawn fails with ERR_PROC_FAILED, or making the new
@@ -239,7 +256,8 @@ class Context:
         leaves no copy of the PS state (chain: head and all replicas) or kills a
         worker ends the run, with the same one-line reason as a death outside
         the spawn."""
-        full = full_layout(self.cfg)
+        refill, self.refilling = (self.refilling if refill is None else refill), False
+        full = initial_layout(self.cfg) if refill else full_layout(self.cfg)
         t0 = time.monotonic()
         for attempt in range(1, SPAWN_TRIES + 1):
             missing = self.cluster.missing(full)
@@ -264,11 +282,15 @@ class Context:
                 self._shrink(exc, via="spawn", t_detect=min((d["t_seen"] for d in dead_spawned), default=None))
         seconds = time.monotonic() - t0
         self._action_req = None
-        if spawned_roles:  # the spawned replacements are still starting (psmodes.suspicion); a spare is warm
+        if any(r.kind != "spare" for r in spawned_roles):
+            # the spawned replacements are still starting (psmodes.suspicion); a spare is warm, and
+            # one spawned to refill the pool serves nobody
             self.cold_until = time.monotonic() + COLD_START_S
         self.log.emit(Ev.RESPAWNED, spawned=[r.label for r in spawned_roles], from_spares=[r.label for r in taken],
                       seconds=seconds, attempts=attempt, role=self.cluster.me.label, rank=self.cluster.rank,
-                      generation=self.cluster.generation)
+                      generation=self.cluster.generation, refill=refill)
+        if self.refill_expected():
+            self._post_action()
         return seconds
 
     def _stalled(self, spawning: list[str], dead_spawned: list[dict]) -> tuple[str, float] | None:
@@ -302,20 +324,10 @@ class Context:
         thread; PeerTimeout if it has not returned in ``timeout`` s (the run is then hung).
         ``stalled_by``: polled meanwhile; once it has said (reason, grace), PeerFailed if the call
         has not returned ``grace`` s later."""
-        box: dict = {}
-
-        def target():
-            try:
-                box["result"] = fn()
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-                box["error"] = exc
-
-        thread = threading.Thread(target=target, name=what, daemon=True)
-        thread.start()
+        call = Background(fn, what)
         deadline, stalled, since = time.monotonic() + timeout, None, 0.0
         while time.monotonic() < deadline:
-            thread.join(0.05)
-            if not thread.is_alive():  # its result, even one that came after a death, stands
+            if not call.running(0.05):  # its result, even one that came after a death, stands
                 break
             if stalled_by is not None and stalled is None:
                 stalled, since = stalled_by(), time.monotonic()
@@ -323,11 +335,9 @@ class Context:
                 reason, grace = stalled
                 raise transport.PeerFailed(f"{what}: {reason} and the call did not return"
                                            + (f" in {grace:.0f} s" if grace else ""), MPI.ERR_PROC_FAILED)
-        if thread.is_alive():
+        if call.running():
             raise transport.PeerTimeout(f"{what}: not done in {timeout:.0f} s")
-        if "error" in box:
-            raise box["error"]
-        return box.get("result")
+        return call.result()
 
 
 def build_flat(ctx: Context) -> FlatParams:

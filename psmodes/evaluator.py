@@ -16,6 +16,7 @@ import torch
 from mpi4py import MPI
 
 from . import transport as tp
+from .background import Background
 from .context import Context
 from .events import Ev
 from .flatparams import FlatParams
@@ -101,31 +102,22 @@ class Evaluator:
     def _score_watched(self) -> float:
         """The subset's score, computed on a helper thread while this one polls for a death
         (PeerFailed) or the leader's announcement (RespawnNow), which abandon it."""
-        ctx, stop, box = self.ctx, threading.Event(), {}
+        ctx, stop = self.ctx, threading.Event()
 
         def between() -> None:
             if stop.is_set():
                 raise Abandoned()
 
-        def target() -> None:
-            try:
-                box["value"] = score(ctx, self.flat, self.sub_x, self.sub_y, batch=self.batch, between=between)
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-                box["error"] = exc
-
-        thread = threading.Thread(target=target, name="evaluation", daemon=True)
-        thread.start()
+        call = Background(lambda: score(ctx, self.flat, self.sub_x, self.sub_y, batch=self.batch, between=between),
+                          "evaluation")
         try:
-            while thread.is_alive():
-                thread.join(POLL_S)
+            while call.running(POLL_S):
                 ctx.idle()
                 tp.test(ctx.death_watch(), "evaluator scores a snapshot")
         except BaseException:
             stop.set()
-            thread.join(ctx.peer_timeout)  # it stops at the next batch; the next snapshot is received into its model
-            if thread.is_alive():
+            # it stops at the next batch; the next snapshot is received into its model
+            if call.running(ctx.peer_timeout):
                 raise tp.PeerTimeout(f"an abandoned evaluation did not stop in {ctx.peer_timeout:.0f} s") from None
             raise
-        if "error" in box:
-            raise box["error"]
-        return box["value"]
+        return call.result()

@@ -28,7 +28,7 @@ class Ev(StrEnum):
     DONE = "done"                      # completed, version, digest
     USAGE = "usage"                    # cpu_s, wall_s, maxrss_mb, at exit
     DETECT = "detect"                  # via, error, t_detect, dead / version: a death was detected
-    RESPAWNED = "respawned"            # spawned, from_spares, seconds, attempts, generation
+    RESPAWNED = "respawned"            # spawned, from_spares, seconds, attempts, generation, refill
     SPARE_TAKEN = "spare_taken"        # a spare took a role: role, generation, log (its events go on there)
     SPARE_WAITED = "spare_waited"      # what a spare's wait cost: wait_s, cpu_s (until it took a role or retired)
     SPAWN_FAILED = "spawn_failed"      # attempt, error, spawning, died_before_joining

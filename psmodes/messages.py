@@ -35,9 +35,9 @@ KEEP, RECEIVE, APPLY = 0, 1, 2  # keep it; take the leader's broadcast; apply th
 # Control.stop
 RUNNING, DONE, FAILED = 0, 1, 2
 # Control.action: the repair step every worker takes together
-ACT_NONE, ACT_SHRINK, ACT_SPAWN = 0, 1, 2
-# Announce.action
-ACTION_NONE, ACTION_SPAWN = 0, 1
+ACT_NONE, ACT_SHRINK, ACT_SPAWN, ACT_REFILL = 0, 1, 2, 3
+# Announce.action: respawn the missing roles, or (--refill-spares) the spares used up
+ACTION_NONE, ACTION_SPAWN, ACTION_REFILL = 0, 1, 2
 
 # stateless replay policies as they travel in a Hello
 POLICY_CODES = {"paper": 1, "mean": 2, "sequential": 3, "staleness": 4, "local": 5}
@@ -166,7 +166,7 @@ class Control(Message):
     weights: int = KEEP     # KEEP | RECEIVE | APPLY
     version: int = -1
     stop: int = RUNNING     # RUNNING | DONE | FAILED
-    action: int = ACT_NONE  # ACT_NONE | ACT_SHRINK | ACT_SPAWN
+    action: int = ACT_NONE  # ACT_NONE | ACT_SHRINK | ACT_SPAWN | ACT_REFILL
     compute: bool = False   # compute a gradient in the next step
     t0_ms: int = 0
 

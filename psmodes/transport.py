@@ -29,6 +29,7 @@ TAG_HANDOVER = 16    # survivors -> replacement PS: state hand-over
 TAG_CTRL = 17        # leader -> workers: control header
 TAG_SENTINEL = 18    # never sent: an ANY_SOURCE receive on it fails as soon as any peer dies
 TAG_SPARE = 19       # leader -> spares: the run is over (Retire)
+TAG_INTRO = 20       # every member of a new world with spawned processes -> every other (cluster.join)
 
 SHORT_POLL = 2e-4  # the longest sleep between polls of a wait that is short and on the critical path
 

@@ -33,9 +33,11 @@ from .events import Ev
 from .flatparams import FlatParams, digest
 from .messages import (
     ACT_NONE,
+    ACT_REFILL,
     ACT_SHRINK,
     ACT_SPAWN,
     ACTION_NONE,
+    ACTION_REFILL,
     APPLY,
     DONE,
     FAILED,
@@ -184,13 +186,13 @@ class Worker:
             while action != ACT_NONE:  # again when the PS died during the reconnection
                 t_action = time.perf_counter()
                 self._join_repair()
-                background = self.mode.trains_through_outage
+                background = self.mode.trains_through_outage and action != ACT_REFILL  # a refill: the PS is up
                 if action == ACT_SHRINK:
                     shrink = lambda: ctx.after_failure(  # noqa: E731
                         tp.PeerFailed("leader reported the PS dead", MPI.ERR_PROC_FAILED), via="worker")
                     self._in_background(shrink, "shrink") if background else shrink()
-                elif action == ACT_SPAWN:
-                    self._in_background(ctx.respawn, "respawn") if background else ctx.respawn()
+                elif action in (ACT_SPAWN, ACT_REFILL):
+                    self._in_background(ctx.respawn, "respawn") if background else ctx.respawn(action == ACT_REFILL)
                 # counted now: a reconnection that ends the run reports the outage's idle time at once
                 self._add_idle(time.perf_counter() - t_action)
                 t_action = time.perf_counter()
@@ -220,7 +222,7 @@ class Worker:
         announced, complete the survivors' pending wait for the announcement; then retire the spares."""
         if not self.leader:
             return
-        if self.repair_due is not None:
+        if self.repair_due is not None or self.ctx.refill_expected():
             self.ctx.announce(ACTION_NONE)
         retire_spares(self.ctx, version)
 
@@ -252,7 +254,8 @@ class Worker:
                      exchange_s=round(time.time() - t_send, 6), loss=round(self.last_loss, 5))
             if self.outage is not None:
                 self._recovered()
-            self._set_ctrl(self.reply_weights, stop=DONE if stop else RUNNING, action=self._repair_action())
+            self._set_ctrl(self.reply_weights, stop=DONE if stop else RUNNING,
+                           action=self._repair_action() or (ACT_NONE if stop else self._refill_action()))
             return
         # the PS is down
         new_weights = False
@@ -294,6 +297,14 @@ class Worker:
         self.repair_due = None
         self.ctx.announce()
         return ACT_SPAWN
+
+    def _refill_action(self) -> int:
+        """--refill-spares: once training runs again (the PS up, no repair under way), announce
+        the spawn of the spares that took roles."""
+        if self.repair_due is not None or self.repair_thread is not None or not self.ctx.refill_expected():
+            return ACT_NONE
+        self.ctx.announce(ACTION_REFILL)
+        return ACT_REFILL
 
     def _exchange(self) -> bool:
         c, ctx = self.ctx.cluster, self.ctx

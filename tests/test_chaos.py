@@ -34,6 +34,9 @@ def test_plan_is_reproducible_and_valid(tmp_path):
     assert {t.cfg.spares for t in plan_trials(_args(seed=4, out=tmp_path / "e", spares=0))} == {0}
     # the spares are drawn last: the faults of a seed are those it drew before spares existed
     assert key(plan_trials(_args(seed=4, out=tmp_path / "f", spares=0))) == key(a)
+    refilled = {(t.cfg.spares > 0, t.cfg.refill_spares) for t in a}  # drawn for half the trials with spares
+    assert (True, True) in refilled and (True, False) in refilled and (False, True) not in refilled
+    assert not any(t.cfg.refill_spares for t in plan_trials(_args(seed=4, out=tmp_path / "g", refill_spares="never")))
     only = plan_trials(_args(seed=4, out=tmp_path / "d", kinds="pause"))
     assert all(not t.cfg.kill_ps or t.cfg.kill_ps[-1].startswith("+") for t in only)
     assert any("~" in h for t in only for h in t.cfg.hang_ps)
@@ -117,6 +120,8 @@ def test_fault_invariants_catch_violations(tmp_path, summary_kw, needle):
     assert check_trial(cfg, _summary(**fine), 20) == []
     # found by psbench chaos: a PS stopped after it had answered the last step of a completed run
     assert check_trial(cfg, _summary(faults=[{**HANG, "t_s": 10.05, "for_s": None}], train_s=9.99), 20) == []
+    # ... or 17 ms before the last answer came, the replacement being what the hang had waited for
+    assert check_trial(cfg, _summary(faults=[{**HANG, "t_s": 7.991, "for_s": None}], train_s=8.008), 20) == []
     unrecorded = check_trial(cfg, _summary(faults=[]), 20, outside_kills=[99])
     assert any("pid 99" in b and "not a failure" in b for b in unrecorded), unrecorded
 

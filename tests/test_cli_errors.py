@@ -56,6 +56,9 @@ def assert_one_line_error(proc, *needles: str) -> None:
     (SYN + ["--lr-staleness"], "needs --consistency async"),
     (SYN + ["--spares", "1"], "--mode none does not repair the job"),
     (SYN + ["--mode", "checkpoint", "--spares", "-1"], "--spares"),
+    (SYN + ["--mode", "checkpoint", "--refill-spares"], "give --spares N"),
+    (SYN + ["--mode", "checkpoint", "--spares", "1", "--refill-spares", "--consistency", "async"],
+     "--refill-spares needs --consistency sync"),
 ])
 def test_bad_options(args, needle):
     assert_one_line_error(psbench("run", *args), needle)

@@ -93,6 +93,18 @@ def test_spares_go_to_hosts_other_than_the_ps():
     assert dict(crowded.ranks)["spare1"] == "a" and any("spare" in n and "shares a host" in n for n in crowded.notes)
 
 
+def test_spares_take_missing_roles_but_not_each_others():
+    """A refill (--refill-spares) asks for the spare roles used up: a spare left takes the PS that died
+    in the same repair, never another spare's role, and the spare roles are left to the spawn."""
+    from psmodes.cluster import fill_from_spares
+    from psmodes.roles import Role
+
+    roles = [Role("evaluator"), Role("worker", 0), Role("worker", 1), Role("spare", 1)]  # spare0 was used, the PS died
+    new, taken, spawn = fill_from_spares(roles, [Role("ps"), Role("spare", 0)])
+    assert taken == [Role("ps")] and new[3] == Role("ps") and spawn == [Role("spare", 0)]
+    assert fill_from_spares(roles, [Role("spare", 0)]) == (roles, [], [Role("spare", 0)])
+
+
 def test_kill_routes_are_argument_lists():
     assert kill_route("localhost") == "local"
     assert kill_route("node9", env={}) == "ssh"

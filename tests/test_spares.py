@@ -34,6 +34,26 @@ def test_a_spare_takes_the_ps_and_a_spawn_follows_when_none_is_left(tmp_path):
     assert [e["from_version"] for e in events(out, "resume")] == sorted(e["from_version"] for e in events(out, "resume"))
 
 
+def test_a_refilled_spare_takes_the_next_kill(tmp_path):
+    """checkpoint, --spares 1 --refill-spares: the spare takes the PS at update 100; once training
+    runs again the survivors spawn a new spare, which takes the PS at the second kill (and is
+    refilled in turn): no PS is spawned cold, and a refill is no outage (one recovery per kill)."""
+    out, s = run_ok(tmp_path, *SYN, *MODE_ARGS["checkpoint"], "--spares", "1", "--refill-spares",
+                    "--duration", "14s", "--kill-ps", "point:apply@100,+7s")
+    check_invariants(out, s, "checkpoint", 2)
+    assert repairs(out) == [(["ps"], []), ([], ["spare0"])] * 2, repairs(out)
+    refills = [e for e in events(out, "respawned", "worker0") if e["refill"]]
+    assert [r["spawned"] for r in s["refills"]] == [["spare0"]] * 2 and all(r["seconds"] < 10 for r in refills)
+    by = starts(out)
+    new_spare = by[f"spare0-gen{refills[0]['generation']}"]
+    assert s["kills"][1]["pid"] == by["ps-gen1"]["pid"] == by["spare0"]["pid"]  # the first spare, as the PS
+    (taken,) = events(out, "spare_taken", new_spare["who"])  # the refilled one takes the PS next
+    assert taken["role"] == "ps" and by[taken["log"]]["pid"] == new_spare["pid"]
+    assert len(s["recoveries"]) == 2
+    second = s["kills"][1]["t_s"]
+    assert all(r["t_s"] < second or r["t_s"] > second + s["recoveries"][1]["recovery_s"] for r in s["refills"])
+
+
 def test_spares_take_the_chain_tail_and_the_one_left_retires(tmp_path):
     """chain, two replicas: the head killed, replica 1 heads the chain, replica 2 moves up, and
     spare 0 becomes the new tail; spare 1 waits out the run without spinning and retires."""

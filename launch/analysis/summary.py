@@ -210,6 +210,9 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
         # Open MPI failed before any rank started, for a reason that a new start cures (launch/driver/mpirun.py)
         "start_failures": [{"attempt": e["attempt"], "reason": e["reason"]} for e in by("start_failed")],
         "usage": usage(by("usage"), by("spare_waited")),
+        # --refill-spares: the spawns of new spares once training ran again (training waited `seconds`)
+        "refills": [{"t_s": rel(e["t"]), "spawned": e["spawned"], "seconds": round(e["seconds"], 3)}
+                    for e in by("respawned") if e.get("refill") and e["who"] == "worker0"],
         # the longest a live PS took to answer a worker: what --suspect-after must stay above
         "slowest_answer_s": max((e["slowest_answer_s"] for e in by("done") if "slowest_answer_s" in e), default=None),
         "ps_timing": next(({k: v for k, v in e.items() if k not in ("t", "ev")} for e in by("ps_timing")), None),

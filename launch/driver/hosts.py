@@ -283,6 +283,8 @@ def replacement_slots(cfg) -> int:
     when the job repairs itself (a dead rank's slot is not given back; a whole-job restart needs none)."""
     if cfg.dies_with_ps:
         return 0
+    if cfg.refill_spares:  # a spare that took a role is spawned again: every kill costs a slot
+        return replacements(cfg)
     return max(0, replacements(cfg) - cfg.spares)
 
 
