@@ -34,9 +34,11 @@ def test_plan_is_reproducible_and_valid(tmp_path):
     assert {t.cfg.spares for t in plan_trials(_args(seed=4, out=tmp_path / "e", spares=0))} == {0}
     # the spares are drawn last: the faults of a seed are those it drew before spares existed
     assert key(plan_trials(_args(seed=4, out=tmp_path / "f", spares=0))) == key(a)
-    refilled = {(t.cfg.spares > 0, t.cfg.refill_spares) for t in a}  # drawn for half the trials with spares
+    assert not any(t.cfg.refill_spares for t in a)  # not drawn unless asked for
+    drawn = plan_trials(_args(seed=4, out=tmp_path / "g", refill_spares="drawn"))
+    assert key(drawn) == key(a)  # drawn last, like the spares
+    refilled = {(t.cfg.spares > 0, t.cfg.refill_spares) for t in drawn}  # for half the trials with spares
     assert (True, True) in refilled and (True, False) in refilled and (False, True) not in refilled
-    assert not any(t.cfg.refill_spares for t in plan_trials(_args(seed=4, out=tmp_path / "g", refill_spares="never")))
     only = plan_trials(_args(seed=4, out=tmp_path / "d", kinds="pause"))
     assert all(not t.cfg.kill_ps or t.cfg.kill_ps[-1].startswith("+") for t in only)
     assert any("~" in h for t in only for h in t.cfg.hang_ps)
