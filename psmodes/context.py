@@ -34,6 +34,12 @@ from .suspicion import COLD_START_S
 # a spawn or join still running this long after a member's death is known is given up (see respawn)
 STALL_GRACE_S = 3.0
 SPAWN_TRIES = 3  # a death during the spawn is repaired (shrink, spawn again) this many times in all
+# --refill-spares: the refill's new world is made this long after a repair and after the leader's
+# recovery, at the earliest. Made 0.3 s after a kill, its MPI_Comm_create_from_group never returned
+# (psbench chaos, refill trials, Open MPI 5.0.11: the new spare then died of SIGSEGV in
+# ompi_comm_revoke_local on the death's notice); 1.5-2 s after, it did in every run. A death's
+# notices must have reached every process first.
+REFILL_SETTLE_S = 2.0
 
 
 def no_repair(cfg: RunConfig) -> str:
@@ -61,6 +67,7 @@ class Context:
         self._action_req: MPI.Request | None = None
         self._deaths = transport.DeathWatch()
         self.refilling = False  # the announcement that came was ACTION_REFILL (read by respawn)
+        self.refill_after = 0.0  # no refill before this (monotonic): REFILL_SETTLE_S after a repair
         self.prebuilt: FlatParams | None = None  # a spare's model, built while it waits (build_flat)
         # a replacement is itself cold at first, and so are the waits of the others on it (psmodes.suspicion)
         self.cold_until = time.monotonic() + COLD_START_S if cluster.generation else 0.0
@@ -289,6 +296,7 @@ class Context:
         self.log.emit(Ev.RESPAWNED, spawned=[r.label for r in spawned_roles], from_spares=[r.label for r in taken],
                       seconds=seconds, attempts=attempt, role=self.cluster.me.label, rank=self.cluster.rank,
                       generation=self.cluster.generation, refill=refill)
+        self.refill_after = time.monotonic() + REFILL_SETTLE_S  # also after a repair the PS survived
         if self.refill_expected():
             self._post_action()
         return seconds

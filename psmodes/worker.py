@@ -25,7 +25,7 @@ from benchmarks.registry import shard_batches
 
 from . import transport as tp
 from .allreduce import Allreducer
-from .context import Context, no_repair
+from .context import REFILL_SETTLE_S, Context, no_repair
 from .pidfiles import write_pid_file
 from .spare import retire as retire_spares
 from .suspicion import Suspicion
@@ -54,13 +54,6 @@ from .messages import (
 from .outage import Outage
 from .replay import UpdateBuffer
 from .optim import FlatOptimizer, sgd_step_
-
-
-# --refill-spares: the refill's new world is made this long after a recovery at the earliest. Made
-# 0.3 s after a kill, its MPI_Comm_create_from_group never returned (psbench chaos, refill trials, Open
-# MPI 5.0.11: the new spare then died of SIGSEGV in ompi_comm_revoke_local on the death's notice);
-# 1.5-2 s after, it did in every run. A death's notices must have reached every process first.
-REFILL_SETTLE_S = 2.0
 
 
 class Worker:
@@ -109,7 +102,6 @@ class Worker:
         self.ps_up = False
         self.pending = False
         self.repair_due: float | None = None
-        self.refill_after = 0.0  # --refill-spares: not before (monotonic), see _refill_action
         self.buffer: UpdateBuffer | None = None
         self.local_opt: FlatOptimizer | None = None
         self.outage: Outage | None = None
@@ -309,7 +301,7 @@ class Worker:
     def _refill_action(self) -> int:
         """--refill-spares: once training runs again (the PS up, no repair under way), announce
         the spawn of the spares that took roles."""
-        if (self.repair_due is not None or self.repair_thread is not None or time.monotonic() < self.refill_after
+        if (self.repair_due is not None or self.repair_thread is not None or time.monotonic() < self.ctx.refill_after
                 or not self.ctx.refill_expected()):
             return ACT_NONE
         self.ctx.announce(ACTION_REFILL)
@@ -462,5 +454,5 @@ class Worker:
 
     def _recovered(self) -> None:
         self.ctx.log.emit(Ev.RECOVERED, **self.outage.recovered(self.ctx.cfg.mode, self.version))
-        self.refill_after = time.monotonic() + REFILL_SETTLE_S
+        self.ctx.refill_after = time.monotonic() + REFILL_SETTLE_S
         self.outage, self.buffer, self.local_opt = None, None, None
