@@ -28,8 +28,8 @@ def test_plan_is_reproducible_and_valid(tmp_path):
     key = lambda ts: [(t.cfg.mode, t.cfg.kill_ps, t.cfg.kill_replica, t.cfg.hang_ps, t.cfg.slow_ps, t.outside,  # noqa: E731
                        t.cfg.replicas, t.cfg.checkpoint_every, t.cfg.replay) for t in ts]
     assert key(a) == key(b) and key(a) != key(c)
-    assert len(a) == 15 and all(t.cfg.kill_ps or t.cfg.kill_replica or t.cfg.hang_ps or t.cfg.slow_ps or t.outside
-                                for t in a)
+    assert len(a) == 15 and all(t.cfg.kill_ps or t.cfg.kill_node or t.cfg.kill_replica or t.cfg.hang_ps
+                                or t.cfg.slow_ps or t.outside for t in a)
     assert len({t.cfg.spares for t in a}) > 1 and {t.cfg.spares for t in a} <= {0, 1, 2}
     assert {t.cfg.spares for t in plan_trials(_args(seed=4, out=tmp_path / "e", spares=0))} == {0}
     # the spares are drawn last: the faults of a seed are those it drew before spares existed
@@ -39,6 +39,11 @@ def test_plan_is_reproducible_and_valid(tmp_path):
     assert key(drawn) == key(a)  # drawn last, like the spares
     refilled = {(t.cfg.spares > 0, t.cfg.refill_spares) for t in drawn}  # for half the trials with spares
     assert (True, True) in refilled and (True, False) in refilled and (False, True) not in refilled
+    assert not any(t.cfg.kill_node for t in a if t.cfg.mode != "checkpoint")
+    nodes = plan_trials(_args(seed=4, out=tmp_path / "n", kinds="node"))  # every trial of checkpoint, no other
+    assert [bool(t.cfg.kill_node) for t in nodes] == [t.cfg.mode == "checkpoint" for t in nodes]
+    assert all(t.cfg.recovery == "job-restart" and t.cfg.spares == 0 and len(t.cfg.kill_node) == 1
+               and not (t.cfg.hang_ps or t.cfg.slow_ps or t.outside) for t in nodes if t.cfg.kill_node)
     only = plan_trials(_args(seed=4, out=tmp_path / "d", kinds="pause"))
     assert all(not t.cfg.kill_ps or t.cfg.kill_ps[-1].startswith("+") for t in only)
     assert any("~" in h for t in only for h in t.cfg.hang_ps)

@@ -13,8 +13,13 @@ policy). Each fault at the PS is of a kind drawn from ``--kinds``: ``kill``
 (SIGKILL), ``hang`` (SIGSTOP until fenced), ``pause`` (SIGSTOP, continued well
 before ``--suspect-after``), ``slow`` (a slow phase of 1-3 s, factor 2 or 4) and
 ``outside`` (a SIGKILL sent by chaos itself, not through psbench's injector: an
-unplanned death). After every trial the run directory is checked against these
-invariants:
+unplanned death). ``node`` is drawn per trial: a quarter of the trials of a mode
+that can restart the whole job from its checkpoint (checkpoint) lose the PS's
+host at their first fault (``--kill-node``: on one host every rank, the workers
+too) and run with ``--recovery job-restart``; ULFM cannot repair that in place
+(the workers are gone), nor, with Open MPI 5.0.x, a lost daemon on a second host
+(README, "Node loss"). After every trial the run directory is checked against
+these invariants:
 
 - ``deadline``: the run completed or failed cleanly (a recorded reason) within
   its deadline; the launcher's watchdog enforces the deadline, hitting it is a
@@ -81,7 +86,11 @@ from ..driver.options import add_option, run_options
 from ..driver.runner import INTERRUPTED, run_job
 
 ACCURACY_TOLERANCE = 0.05
-KINDS = ("kill", "hang", "pause", "slow", "outside")
+KINDS = ("kill", "hang", "pause", "slow", "outside", "node")
+# A node loss is drawn for a whole trial, not per fault: on one host it takes every rank (the workers
+# too, so no repair in place can survive it) and only a whole-job restart recovers, which only the
+# modes that resume from a checkpoint offer (RecoveryMode.supports_job_restart)
+NODE_SHARE = 0.25
 REFILL = ("never", "drawn", "always")
 SPARES = (0, 1, 2)  # --spares drawn per trial: spawned replacements only, or one or two spares first
 FENCE_MARGIN_S = 1.5  # a hang is fenced within --suspect-after of the wait it stops, plus a step and a poll
@@ -91,6 +100,24 @@ FENCE_MARGIN_S = 1.5  # a hang is fenced within --suspect-after of the wait it s
 class Trial:
     cfg: RunConfig
     outside: list[float] = field(default_factory=list)  # seconds into training: chaos's own SIGKILLs of the PS
+
+    def lose_the_node(self) -> None:
+        """Make this a node-loss trial: its first fault becomes a ``--kill-node`` (every rank on the
+        PS's host and that host's daemon), ``--recovery job-restart`` restarts the job from the newest
+        checkpoint, and of the other faults only the absolute SIGKILLs stay (each is one more restart)."""
+        cfg = self.cfg
+        times = sorted([_seconds(s) for s in cfg.kill_ps + cfg.hang_ps + cfg.slow_ps if not s.startswith("+")]
+                       + self.outside)
+        first = times[0]
+        cfg.kill_node = [f"{first:g}s"]
+        cfg.kill_ps = [s for s in cfg.kill_ps if not s.startswith("+") and _seconds(s) != first]
+        cfg.hang_ps, cfg.slow_ps, self.outside = [], [], []
+        cfg.recovery, cfg.spares, cfg.refill_spares = "job-restart", 0, False
+
+
+def _seconds(spec: str) -> float:
+    """The time of a drawn fault (``12.5s``, ``12.5s~0.90s``), seconds into training."""
+    return float(spec.partition("~")[0].rstrip("s"))
 
 
 def add_chaos_parser(sub) -> None:
@@ -108,7 +135,9 @@ def add_chaos_parser(sub) -> None:
     add_option(p, run["consistency"], help="sync, async or bounded:S")
     add_option(p, run["restart_delay"], default="1s")
     p.add_argument("--max-kills", type=int, default=2, help="faults per trial: 1 to this many")
-    p.add_argument("--kinds", default=",".join(KINDS), help=f"kinds of fault drawn for the PS: {', '.join(KINDS)}")
+    p.add_argument("--kinds", default=",".join(KINDS),
+                   help=f"kinds of fault drawn for the PS: {', '.join(KINDS)} (node: a quarter of the trials of "
+                   "a mode with --recovery job-restart lose the PS's host, the rest as drawn)")
     p.add_argument("--spares", default=",".join(map(str, SPARES)),
                    help="the --spares drawn for each trial of a mode that repairs the job (e.g. 0 for none)")
     # not drawn by default: a refill makes a new world, which Open MPI 5.0.11 does not always finish
@@ -166,11 +195,16 @@ def plan_trials(a: argparse.Namespace) -> list[Trial]:
                             duration_s=duration, seed=a.seed * 1000 + i, model_params=a.model_params,
                             eval_interval_s=max(0.5, duration / 10), restart_delay_s=restart_delay)
             _draw(cfg, rng, duration, a.max_kills)
-            trial = Trial(cfg, _draw_kinds(cfg, rng, kinds))
+            per_fault = [k for k in kinds if k != "node"] or ["kill"]
+            trial = Trial(cfg, _draw_kinds(cfg, rng, per_fault))
             if not cfg.dies_with_ps:  # drawn last: a seed draws the same faults as before spares existed
                 cfg.spares = rng.choice(spares)
                 refill = a.refill_spares == "always" or (a.refill_spares == "drawn" and rng.random() < 0.5)
                 cfg.refill_spares = bool(cfg.spares) and cfg.consistency == "sync" and refill
+            node = random.Random(f"{a.seed}/{mode}/{i}/node")  # its own draw: the other draws stay as they were
+            if "node" in kinds and cfg.recovery_mode.supports_job_restart \
+                    and node.random() < (1.0 if kinds == ["node"] else NODE_SHARE):
+                trial.lose_the_node()
             cfg.run_dir = str((out / mode / f"trial-{i:03d}").resolve())
             _validate(cfg)
             trials.append(trial)
@@ -437,7 +471,7 @@ def cmd_chaos(a: argparse.Namespace) -> int:
             bad.insert(0, crash)
         summary = summary or {}
         row = {"mode": cfg.mode, "trial": Path(cfg.run_dir).name, "run_dir": cfg.run_dir, "seed": cfg.seed,
-               "spares": cfg.spares, "refill_spares": cfg.refill_spares,
+               "recovery": cfg.recovery, "kill_node": cfg.kill_node, "spares": cfg.spares, "refill_spares": cfg.refill_spares,
                "open_mpi_crashes": len(summary.get("crashes") or []),
                "lingered": lingered(Path(cfg.run_dir)),
                "kill_ps": cfg.kill_ps, "kill_replica": cfg.kill_replica, "hang_ps": cfg.hang_ps,
@@ -456,11 +490,13 @@ def cmd_chaos(a: argparse.Namespace) -> int:
                "params": cfg.recovery_mode.describe(cfg), "wall_s": round(wall, 1), "violations": bad}
         results.append(row)
         if not a.quiet:
-            faults = ", ".join(cfg.kill_ps + [f"replica:{k}" for k in cfg.kill_replica]
+            faults = ", ".join([f"node:{k}" for k in cfg.kill_node] + cfg.kill_ps
+                               + [f"replica:{k}" for k in cfg.kill_replica]
                                + [f"hang:{h}" for h in cfg.hang_ps] + [f"slow:{x}" for x in cfg.slow_ps]
                                + [f"outside:{t:g}s" for t in trial.outside])
             verdict = "ok" if not bad else f"{len(bad)} VIOLATION(S): " + "; ".join(bad)
-            spares = f"{cfg.spares} spare(s)" + (", refilled" if cfg.refill_spares else "")
+            spares = "job-restart" if cfg.recovery == "job-restart" else \
+                f"{cfg.spares} spare(s)" + (", refilled" if cfg.refill_spares else "")
             print(f"[{n}/{len(trials)}] {cfg.mode} {row['trial']} ({row['params']}, {spares}; "
                   f"faults {faults}): "
                   f"{'completed' if row['completed'] else 'failed: ' + str(row['exit_reason'])[:80]}, "
@@ -477,14 +513,16 @@ def cmd_chaos(a: argparse.Namespace) -> int:
 
 
 def table(results: list[dict]) -> str:
-    """A row per mode and number of spares: trials, faults, survived, violations, the trials in which
-    Open MPI crashed (a rank died of a signal nobody sent) or mpirun lingered, the slowest recovery."""
+    """A row per mode, recovery and number of spares: trials, faults, survived, violations, the trials
+    in which Open MPI crashed (a rank died of a signal nobody sent) or mpirun lingered, the slowest
+    recovery."""
     rows = []
-    for mode, spares in dict.fromkeys((r["mode"], r.get("spares", 0)) for r in results):
-        rs = [r for r in results if r["mode"] == mode and r.get("spares", 0) == spares]
+    group = lambda r: (r["mode"], r.get("recovery", "ulfm"), r.get("spares", 0))  # noqa: E731
+    for mode, recovery, spares in dict.fromkeys(map(group, results)):
+        rs = [r for r in results if group(r) == (mode, recovery, spares)]
         slowest = max([r["recovery_s"] for r in rs if r["recovery_s"] is not None], default=None)
         kinds = Counter(f["kind"] if f.get("planned", True) else "unplanned" for r in rs for f in r.get("faults", []))
-        rows.append({"mode": mode, "spares": spares, "trials": len(rs),
+        rows.append({"mode": mode, "recovery": recovery, "spares": spares, "trials": len(rs),
                      "faults": ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "-",
                      "survived": sum(r["completed"] for r in rs),
                      "invariant violations": sum(len(r["violations"]) for r in rs),
@@ -492,7 +530,7 @@ def table(results: list[dict]) -> str:
                      "mpirun lingered": sum(1 for r in rs if r.get("lingered")),
                      "slowest recovery (s)": round(slowest, 2) if slowest is not None else "-"})
     return frame(sorted(rows, key=lambda r: (list(dict.fromkeys(x["mode"] for x in results)).index(r["mode"]),
-                                             r["spares"]))).to_markdown(index=False)
+                                             r["recovery"], r["spares"]))).to_markdown(index=False)
 
 
 def lingered(run_dir: Path) -> bool:
