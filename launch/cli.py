@@ -108,8 +108,11 @@ def cmd_sweep(a: argparse.Namespace, argv: list[str]) -> int:
     if getattr(a, "dry_run", False):
         return sweep.dry_run(plan)
     if a.task is not None:
+        if a.keep:
+            raise ConfigError("--keep belongs to a whole sweep, not to one --task of a job array "
+                              "(run `psbench sweep FILE --keep DIR` once the array is done)")
         return sweep.execute_task(plan, a.task, argv, quiet=getattr(a, "quiet", False))
-    return sweep.execute(plan, argv, quiet=getattr(a, "quiet", False), report_dir=a.report_dir)
+    return sweep.execute(plan, argv, quiet=getattr(a, "quiet", False), report_dir=a.report_dir, keep=a.keep)
 
 
 def cmd_report(a: argparse.Namespace) -> int:

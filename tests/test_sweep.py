@@ -1,6 +1,6 @@
 """Sweeps: bad sweep files fail in one line before anything starts; the command line
 fixes options; a sweep SIGKILLed mid-way resumes with every run exactly once and no
-orphan processes; paper.toml runs end to end (reduced)."""
+orphan processes; runs kept with --keep resume the sweep in another directory; paper.toml runs end to end (reduced)."""
 from __future__ import annotations
 
 import json
@@ -148,12 +148,27 @@ def test_sigkilled_sweep_resumes_every_run_exactly_once(tmp_path):
     assert third.returncode == 0 and len(events(runs / "stateless-s0", "launch")) == 1
 
 
-def test_finished_run_of_another_configuration_is_refused(tmp_path):
+def test_kept_runs_resume_elsewhere_and_another_configuration_is_refused(tmp_path):
     sweep_file = tmp_path / "one.toml"
     sweep_file.write_text(TINY.replace('["none", "checkpoint", "stateless"]', '["none"]'))
-    out = tmp_path / "sweep"
-    first = psbench("sweep", str(sweep_file), "--out", str(out), "--report-dir", str(tmp_path / "r"), "--quiet")
+    out, keep = tmp_path / "sweep", tmp_path / "kept"
+    first = psbench("sweep", str(sweep_file), "--out", str(out), "--report-dir", str(tmp_path / "r"), "--quiet",
+                    "--keep", str(keep))
     assert first.returncode == 0, first.stderr
+    assert sorted(p.name for p in keep.iterdir()) == ["none-s0"]  # no temporary copy left
+    kept = keep / "none-s0"
+    assert {"config.json", "summary.json", "command.txt"} <= {p.name for p in kept.iterdir()}
+    assert (kept / "events" / "ps.jsonl").exists() and not (kept / "events" / "worker0.jsonl").exists()
+    # another machine: an empty sweep directory and the kept runs; nothing runs again
+    elsewhere = tmp_path / "elsewhere"
+    second = psbench("sweep", str(sweep_file), "--out", str(elsewhere), "--report-dir", str(tmp_path / "r2"),
+                     "--keep", str(keep))
+    assert second.returncode == 0, second.stderr
+    assert f"1 already finished, 1 of them from {keep}" in second.stderr, second.stderr
+    restored = elsewhere / "runs" / "none-s0"
+    assert not (restored / "events" / "launcher.jsonl").exists()  # restored, not run
+    assert json.loads((restored / "config.json").read_text())["run_dir"] == str(restored.resolve())
+    assert "| none " in (tmp_path / "r2" / "report.md").read_text()
     one_line_error(psbench("sweep", str(sweep_file), "--out", str(out), "--steps", "100"),
                    "another configuration", "steps: 150 there, 100 now")
 

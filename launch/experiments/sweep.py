@@ -34,6 +34,13 @@ command skips finished runs (their configuration must match) and deletes
 stale ``.partial`` folders. A run whose training failed (``completed: false``)
 is finished: the report marks it. At the end the sweep report is written to
 ``reports/<name>/report.md``.
+
+``--keep DIR`` carries a sweep from one machine to the next (a sweep longer than
+a session, a CI box that starts empty): each finished run's record (its
+configuration, summary, command and the PS's events: what the report reads) is
+copied into ``DIR/<label>-s<seed>/``, and a run kept there that the sweep
+directory lacks is put back before the sweep starts, so it is not run again.
+Commit ``DIR`` (e.g. ``reports/outage/runs``) and the sweep resumes elsewhere.
 """
 from __future__ import annotations
 
@@ -167,6 +174,9 @@ def add_sweep_parser(sub) -> None:
     sweep.add_argument("--seeds", help="comma-separated seeds, replacing the file's seeds (e.g. 0 or 0,1,2)")
     sweep.add_argument("--report-dir", help="where the report goes (default: reports/<name>)")
     sweep.add_argument("--target", type=float, help="the report's target of the runs' metric (default: the file's, else the metric's own)")
+    sweep.add_argument("--keep", metavar="DIR",
+                       help="copy each finished run's record here, and take the runs kept here as finished: "
+                            "commit DIR to resume the sweep on another machine (e.g. reports/outage/runs)")
     sweep.add_argument("--task", type=int, metavar="I",
                        help="run only the sweep's run number I (0-based, as --dry-run lists them) and write no "
                             "report: one task of a Slurm job array (psbench slurm --array)")
@@ -183,7 +193,7 @@ def load_from_args(a: argparse.Namespace) -> "Sweep":
     """The sweep of parsed ``psbench sweep`` arguments: the options typed fix their key for every run."""
     seeds = parse_seeds(a.seeds) if a.seeds is not None else None
     overrides = {k: v for k, v in vars(a).items()
-                 if k not in ("command", "file", "seeds", "report_dir", "target", "task")}
+                 if k not in ("command", "file", "seeds", "report_dir", "target", "task", "keep")}
     return load(a.file, overrides=overrides, seeds=seeds, out=getattr(a, "out", None), target=a.target)
 
 
@@ -338,6 +348,45 @@ def finished(sweep: Sweep, run: PlannedRun) -> bool:
     return True
 
 
+# what the report reads of a finished run: a kept copy of these stands for the run
+KEPT = ("config.json", "summary.json", "command.txt", "events/ps*.jsonl")
+
+
+def keep_run(final: Path, keep: Path) -> None:
+    """Copy the record of the finished run in ``final`` to ``keep/<its name>``: whole or not at all
+    (written beside it, then renamed over any older copy)."""
+    keep.mkdir(parents=True, exist_ok=True)
+    tmp, dest = keep / f".{final.name}.tmp", keep / final.name
+    shutil.rmtree(tmp, ignore_errors=True)
+    for pattern in KEPT:
+        for src in final.glob(pattern):
+            (tmp / src.relative_to(final)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, tmp / src.relative_to(final))
+    shutil.rmtree(dest, ignore_errors=True)
+    os.rename(tmp, dest)
+
+
+def sync_kept(sweep: Sweep, keep: Path) -> int:
+    """Before a sweep with ``--keep``: put back the kept runs that the sweep directory lacks (their
+    config.json's run_dir set to where they are now) and keep the finished ones not kept yet;
+    how many came back."""
+    restored = 0
+    for run in sweep.runs:
+        src, final = keep / run.slug, sweep.runs_dir / run.slug
+        if not final.exists() and (src / "summary.json").exists():
+            partial = sweep.runs_dir / f"{run.slug}.partial"  # a copy cut short is a stale .partial
+            shutil.rmtree(partial, ignore_errors=True)
+            shutil.copytree(src, partial)
+            config = json.loads((partial / "config.json").read_text())
+            config["run_dir"] = str(final.resolve())
+            write_text_atomic(partial / "config.json", json.dumps(config, indent=2) + "\n")
+            os.rename(partial, final)
+            restored += 1
+        if final.exists() and not (src / "summary.json").exists() and finished(sweep, run):
+            keep_run(final, keep)
+    return restored
+
+
 class Lock:
     """One sweep process per sweep directory (flock: released even on SIGKILL)."""
 
@@ -456,9 +505,11 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def execute(sweep: Sweep, command: list[str], quiet: bool = False, report_dir: str | None = None) -> int:
+def execute(sweep: Sweep, command: list[str], quiet: bool = False, report_dir: str | None = None,
+            keep: str | None = None) -> int:
     """Runs what is left of ``sweep``, then writes its report. Exit status: 0 when every run
-    is finished, 1 when a run could not be (the report lists it), 130 when interrupted."""
+    is finished, 1 when a run could not be (the report lists it), 130 when interrupted.
+    ``keep``: see ``--keep`` in the module docstring."""
     lock = Lock(sweep.out)
     previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
@@ -469,10 +520,12 @@ def execute(sweep: Sweep, command: list[str], quiet: bool = False, report_dir: s
             write_text_atomic(sweep.out / "machine.json", json.dumps(machine_info(), indent=2) + "\n")
         for stale in sorted(sweep.runs_dir.glob("*.partial")):
             shutil.rmtree(stale, ignore_errors=True)
+        restored = sync_kept(sweep, Path(keep)) if keep else 0
         todo = [r for r in sweep.runs if not finished(sweep, r)]
         done = len(sweep.runs) - len(todo)
         if not quiet:
-            print(f"sweep {sweep.name}: {len(sweep.runs)} runs ({done} already finished) in {sweep.out}",
+            came_back = f", {restored} of them from {keep}" if restored else ""
+            print(f"sweep {sweep.name}: {len(sweep.runs)} runs ({done} already finished{came_back}) in {sweep.out}",
                   file=sys.stderr, flush=True)
         lengths = [r.config.duration_s for r in todo if r.config.duration_s]
         progress = SweepProgress(len(sweep.runs), done, quiet, max(lengths) if lengths else None)
@@ -501,6 +554,8 @@ def execute(sweep: Sweep, command: list[str], quiet: bool = False, report_dir: s
                 cfg.save(partial / "config.json")
                 os.rename(partial, final)
                 _fsync_dir(sweep.runs_dir)
+                if keep:
+                    keep_run(final, Path(keep))
                 progress.finish(_result_line(run, summary, time.monotonic() - t0))
                 if str(summary.get("exit_reason", "")).endswith("(interrupted by the user)"):
                     interrupted = True
