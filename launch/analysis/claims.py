@@ -30,7 +30,8 @@ def _ci(est: Estimate, fmt: str = "{:+.3f}") -> str:
     if est.mean is None:
         return "–"
     text = fmt.format(est.mean)
-    return text + (f" ± {est.half_width:.3f}" if est.half_width is not None else " (n=1: no interval)")
+    width = fmt.replace("+", "")  # the interval at the value's precision
+    return text + (f" ± {width.format(est.half_width)}" if est.half_width is not None else " (n=1: no interval)")
 
 
 def verdict(est: Estimate, claimed_sign: int) -> str:
@@ -79,9 +80,8 @@ def setback_claim(name: str, group: list[ConfigAggregate]) -> list[dict]:
     for mode in ("checkpoint", "chain"):
         for a in _by_mode(group, mode):
             est = mean_ci(a.values["worst_dip"])
-            lost = a.estimates["lost_steps"].mean
             rows.append({"setting": name, "measured": f"{a.label}: worst dip {_ci(est, '{:.3f}')}, lost steps "
-                         f"{lost if lost is not None else '–'}{scale}", "verdict": verdict(est, +1)})
+                         f"{_ci(a.estimates['lost_steps'], '{:.1f}')}{scale}", "verdict": verdict(est, +1)})
     return rows
 
 
