@@ -40,7 +40,7 @@ a session, a CI box that starts empty): each finished run's record (its
 configuration, summary, command and the PS's events: what the report reads) is
 copied into ``DIR/<label>-s<seed>/``, and a run kept there that the sweep
 directory lacks is put back before the sweep starts, so it is not run again.
-Commit ``DIR`` (e.g. ``reports/outage/runs``) and the sweep resumes elsewhere.
+Commit ``DIR`` (e.g. ``reports/outage/finished``) and the sweep resumes elsewhere.
 """
 from __future__ import annotations
 
@@ -176,7 +176,7 @@ def add_sweep_parser(sub) -> None:
     sweep.add_argument("--target", type=float, help="the report's target of the runs' metric (default: the file's, else the metric's own)")
     sweep.add_argument("--keep", metavar="DIR",
                        help="copy each finished run's record here, and take the runs kept here as finished: "
-                            "commit DIR to resume the sweep on another machine (e.g. reports/outage/runs)")
+                            "commit DIR to resume the sweep on another machine (e.g. reports/outage/finished)")
     sweep.add_argument("--task", type=int, metavar="I",
                        help="run only the sweep's run number I (0-based, as --dry-run lists them) and write no "
                             "report: one task of a Slurm job array (psbench slurm --array)")
