@@ -1,6 +1,7 @@
 """Sweeps: bad sweep files fail in one line before anything starts; the command line
 fixes options; a sweep SIGKILLed mid-way resumes with every run exactly once and no
-orphan processes; runs kept with --keep resume the sweep in another directory; paper.toml runs end to end (reduced)."""
+orphan processes; runs kept with --keep resume the sweep in another directory; paper.toml
+runs end to end (reduced)."""
 from __future__ import annotations
 
 import json
