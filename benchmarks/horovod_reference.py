@@ -23,6 +23,8 @@ import time
 
 import numpy as np
 
+from psmodes.heap import keep_freed_memory
+
 
 def _torch_optimizer(torch, model, cfg, workload):
     """torch's own optimizer with the rule and defaults the PS applies (psmodes/optim.py)."""
@@ -46,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--optimizer", help="sgd, momentum or adamw (default: the benchmark's)")
     p.add_argument("--out", required=True, help="JSON file rank 0 writes its figures to")
     a = p.parse_args(argv)
+    keep_freed_memory()  # as every psbench rank does: the ratio measures the PS, not glibc's heap layout
 
     import torch
     import horovod.torch as hvd

@@ -19,6 +19,7 @@ import time
 import traceback
 
 from .events import Ev, EventLog  # light (json, threading): no cost to a replacement's start-up
+from .heap import keep_freed_memory  # light (ctypes)
 
 T_START = time.time()
 
@@ -32,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spawned", help="a replacement: the roles spawned with it, in spawn order")
     args = parser.parse_args(argv)
     die_with_parent()
+    keep_freed_memory()
     from .config import RunConfig
     from .roles import Role
 
