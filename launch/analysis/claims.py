@@ -24,6 +24,7 @@ STUDIES = {
     },
 }
 KNOWN = tuple(STUDIES)
+RESTARTING_MODES = ("checkpoint", "chain")  # the abstract's "restarting from old checkpoints"
 
 
 def _ci(est: Estimate, fmt: str = "{:+.3f}") -> str:
@@ -77,7 +78,7 @@ def setback_claim(name: str, group: list[ConfigAggregate]) -> list[dict]:
     rows = []
     stateless = _best(_by_mode(group, "stateless"), "worst_dip", False)  # _best skips configurations without a dip
     scale = f"; stateless's smallest: {stateless.estimates['worst_dip'].mean:.3f} ({stateless.label})" if stateless else ""
-    for mode in ("checkpoint", "chain"):
+    for mode in RESTARTING_MODES:
         for a in _by_mode(group, mode):
             est = mean_ci(a.values["worst_dip"])
             rows.append({"setting": name, "measured": f"{a.label}: worst dip {_ci(est, '{:.3f}')}, lost steps "

@@ -40,6 +40,7 @@ def batch_of(results: dict) -> int:
 SPIN_LIMIT = 0.9  # CPU / wall of a rank that mostly waits; a busy-polling one is at about 1.0
 SPARE_RECOVERY_P50 = 0.3  # s, kill to the first update of a spare that took the PS's place (issue: spawned 3.9 s)
 SPARE_SPIN_LIMIT = 0.05  # CPU / wall of a spare while it waits
+SPARE_TARGET_MODES = ("checkpoint", "stateless")  # the modes whose spawned replacement starts cold
 
 
 def _med(xs) -> float | None:
@@ -207,7 +208,7 @@ def targets(results: dict) -> list[dict]:
     bound = st_det + IDLE_MARGIN if st_det is not None else None
     rows.append(_verdict("stateless worker idle p50 (s)", f"<= detection p50 + {IDLE_MARGIN}"
                          + (f" = {bound:.3f}" if bound is not None else ""), _med(st.get("idle", [])), bound, higher=False))
-    for mode in ("checkpoint", "stateless"):
+    for mode in SPARE_TARGET_MODES:
         if mode in fails["spares"]:
             rows.append(_verdict(f"{mode} recovery p50 with a spare (s)", f"<= {SPARE_RECOVERY_P50}",
                                  _med(fails["spares"][mode]["recovery"]), SPARE_RECOVERY_P50, higher=False,

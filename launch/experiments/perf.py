@@ -71,6 +71,7 @@ THROUGHPUT = [
     ("hybrid K=100 R=1", {"mode": "hybrid", "replicate_every": 100, "replicas": 1}),
 ]
 QUICK_VARIANTS = ("none", "checkpoint K=10", "chain K=1 R=1", "stateless")
+QUICK_FAILURE_MODES = ("checkpoint",)  # --quick's failure section: the tests kill every mode elsewhere
 FAILURE_MODES = {"checkpoint": {}, "chain": {"replicas": 2}, "stateless": {},  # mode -> its options
                  "hybrid": {"replicas": 2, "replicate_every": 100}}
 FAILURE_KINDS = ("kill", "hang", "slow", "outside")  # psbench chaos's kinds; outside: an unplanned SIGKILL
@@ -300,7 +301,7 @@ class Perf:
             gap = p.kill_gap_s + (COLD_START_S + RunConfig().suspect_after_s if kind == "hang" else 0.0)
             times = [round(5 + i * gap, 1) for i in range(p.kills)]
             for (mode, extra), repair in [(m, r) for m in FAILURE_MODES.items() for r in REPAIRS[kind]]:
-                if p.quick and mode != "checkpoint":  # the tests kill every mode elsewhere; quick keeps the sections
+                if p.quick and mode not in QUICK_FAILURE_MODES:
                     continue
                 scheduled = {"kill": {"kill_ps": [f"{t}s" for t in times]}, "hang": {"hang_ps": [f"{t}s" for t in times]},
                              "slow": {"slow_ps": [f"{t}s~{SLOW_S:g}s" for t in times]}, "outside": {}}[kind]
