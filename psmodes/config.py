@@ -39,6 +39,9 @@ REPLAY_POLICIES = tuple(POLICY_CODES)
 CONSISTENCY = ("sync", "async", "bounded:S")
 RECOVERY = ("ulfm", "job-restart")
 LAUNCHERS = ("mpirun", "horovodrun")
+EXCHANGES = ("auto", "blocking", "pipelined")  # the sync leader's exchange with the PS (psmodes/worker.py)
+# a run recorded before one of these fields existed ran so, not with the field's default
+RAN_BEFORE_ITS_FIELD = {"exchange": "blocking"}
 KILL_VIA = ("auto", "local", "ssh", "srun")
 GROUPS = ("workload", "consistency", "recovery", "faults", "execution", "clusters")  # of `psbench run --help`, in order
 
@@ -282,6 +285,11 @@ class RunConfig:
                               group="consistency", check=check_consistency)
     lr_staleness: bool = option(False, "--lr-staleness", "async/bounded: scale each update by 1/staleness",
                                 group="consistency")  # Zhang et al.
+    exchange: str = option("auto", "--exchange", "the sync leader's exchange with the PS: pipelined (it computes "
+                           "the next step while the PS applies this one: at most one gradient unacknowledged; "
+                           "sync and plain SGD only), blocking (it waits for the PS's answer before the next "
+                           "step), or auto (pipelined where it can be; recorded resolved)", group="consistency",
+                           check=one_of(EXCHANGES, "exchange", "auto, blocking or pipelined"))
     slow_worker: str | None = option(None, "--slow-worker", "worker W's steps take FACTOR times longer (a "
                                      "straggler)", group="consistency", metavar="W:FACTOR")
     # recovery
@@ -389,6 +397,12 @@ class RunConfig:
         return self.consistency != "sync"
 
     @property
+    def workers_apply(self) -> bool:
+        """Sync with plain SGD: every worker can apply the averaged gradient itself, bit for bit as the
+        PS does, so the PS answers with the version only (psmodes/server.py)."""
+        return not self.is_async and self.optimizer == "sgd" and not self.momentum
+
+    @property
     def staleness_bound(self) -> int | None:
         """S of bounded:S; None for sync and async."""
         return staleness_bound(self.consistency)
@@ -440,6 +454,12 @@ class RunConfig:
         if self.lr_staleness and self.consistency == "sync":
             raise ConfigError("--lr-staleness needs --consistency async or bounded:S (sync updates are never stale)")
         self.slow_worker_spec  # validates --slow-worker against --workers
+        if self.exchange == "auto":
+            self.exchange = "pipelined" if self.workers_apply else "blocking"
+        if self.exchange == "pipelined" and not self.workers_apply:
+            raise ConfigError("--exchange pipelined needs --consistency sync and plain SGD (--optimizer sgd, no "
+                              "--momentum): the workers go on with the update they apply themselves, which "
+                              "needs no optimizer state")
         if self.steps is None and self.duration_s is None:
             raise ConfigError("say how long to train: --steps N or --duration 60s")
         mode = self.recovery_mode
@@ -490,7 +510,7 @@ class RunConfig:
         unknown = sorted(set(data) - known)
         if unknown:
             raise ConfigError(f"unknown config key {unknown[0]!r}")
-        return cls(**data)
+        return cls(**{**{k: v for k, v in RAN_BEFORE_ITS_FIELD.items() if k not in data}, **data})
 
     @classmethod
     def load(cls, path: Path) -> "RunConfig":

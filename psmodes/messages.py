@@ -169,6 +169,8 @@ class Control(Message):
     action: int = ACT_NONE  # ACT_NONE | ACT_SHRINK | ACT_SPAWN | ACT_REFILL
     compute: bool = False   # compute a gradient in the next step
     t0_ms: int = 0
+    reuse: bool = False     # instead, send the gradient every worker holds (pipelined: computed before a
+                            # reconnection, on the weights the new PS holds)
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,22 @@ One training step, sync data path:
    action) and, when they changed, the weights to the other workers;
 5. everyone takes the repair action (shrink, respawn) together; the leader
    then reconnects to the PS with a HELLO and a second control header follows.
+
+``--exchange pipelined`` (sync, plain SGD): in step 3 the leader sends the gradient
+and goes on without its answer; every worker applies it as the PS does (the same
+arithmetic on the same bytes) and computes the next step while the PS applies it
+(and, in chain mode, while the state travels down the chain). The leader waits for
+the answer only before it sends the next gradient, so at most one is unacknowledged.
+When the PS dies with one in flight, the Hello re-sends it and the PS reconciles it
+as any pending gradient (stateless: the workers' weights, which contain it, are
+handed over); the gradient the workers computed meanwhile is sent once the new PS
+holds exactly the weights it was computed on (``Control.reuse``), so no step that a
+worker computed on is lost, and runs stay bitwise equal to blocking ones.
 """
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -50,10 +62,19 @@ from .messages import (
     Control,
     Grad,
     Hello,
+    ProtocolError,
 )
 from .outage import Outage
 from .replay import UpdateBuffer
 from .optim import FlatOptimizer, sgd_step_
+
+
+@dataclass
+class InFlight:
+    """The leader's gradient on its way to the PS, not answered yet (pipelined exchange)."""
+    version: int         # the weights it was computed on
+    reqs: list           # its header's and payload's sends
+    suspect: Suspicion   # the wait for its answer is watched from the send on
 
 
 class Worker:
@@ -93,6 +114,13 @@ class Worker:
         self.recv_buf = np.zeros(self.numel, dtype=np.float32)    # staging: a cut receive never tears weights_in
         on_cpu = ctx.device.type == "cpu"
         self.grad_host = self.flat.grads if on_cpu else torch.empty(self.numel).pin_memory()
+        self.pipelined = cfg.exchange == "pipelined"
+        # the gradient last sent to the PS, kept until it is answered (a Hello re-sends it); pipelined:
+        # a copy of its own, since the next step's backward writes grad_host while it travels
+        self.sent_grad = torch.empty_like(self.grad_host) if self.pipelined and self.leader else self.grad_host
+        self.in_flight: InFlight | None = None
+        self.held: int | None = None  # pipelined: the version the gradient every worker holds was computed on
+        self.reuse = False            # the next step sends that gradient instead of computing one
         self.ctrl = Control()  # the leader's word for the next step (the leader writes it, the others receive it)
         self.ctrl_buf = np.zeros(HEADER_LEN, dtype=np.int64)
         self.reply_weights = RECEIVE
@@ -178,9 +206,13 @@ class Worker:
         while self.ctrl.stop == RUNNING:
             t_iter = time.perf_counter()
             idle_before = self.outage.idle_s if self.outage is not None else 0.0
-            compute_s = self._compute() if compute else 0.0
+            if self.ctrl.reuse:  # the gradient every worker holds was computed on the PS's weights now
+                computed, compute_s = True, 0.0
+            else:
+                computed = compute
+                compute_s = self._compute() if compute else 0.0
             if self.leader:
-                self._lead(compute, compute_s)
+                self._lead(computed, compute_s)
             self._sync_ctrl()
             action = self.ctrl.action
             while action != ACT_NONE:  # again when the PS died during the reconnection
@@ -205,7 +237,7 @@ class Worker:
                 self._add_idle(time.perf_counter() - t_action)
                 action = self.ctrl.action
             self._take_weights()
-            if not compute_s and self.outage is not None:  # an iteration that only waited for the repair
+            if not computed and self.outage is not None:  # an iteration that only waited for the repair
                 counted = self.outage.idle_s - idle_before  # repair steps counted above
                 self._add_idle(max(0.0, time.perf_counter() - t_iter - counted))
             compute = self.ctrl.compute
@@ -237,25 +269,36 @@ class Worker:
     # ---- leader only
     def _set_ctrl(self, new_weights: int, stop: int = RUNNING, action: int = ACT_NONE) -> None:
         compute = self.ps_up or self.mode.trains_through_outage
-        self.ctrl = Control(int(new_weights), self.version, stop, action, compute, self.t0_ms)
+        self.ctrl = Control(weights=int(new_weights), version=self.version, stop=stop, action=action, compute=compute,
+                            t0_ms=self.t0_ms, reuse=self.reuse)
+        self.reuse = False
 
     def _lead(self, computed: bool, compute_s: float) -> None:
         log = self.ctx.log
         now = time.time()
         if self.ps_up:
             t_send = now
+            # decided before the exchange: a repair (a respawn, a refill) reconnects with a Hello, which
+            # must find nothing in flight, so a pipelined step that announces one waits for its answer
+            due = self._due_action()
             try:
-                stop = self._exchange()
+                if self.pipelined:
+                    stop, answered = self._exchange_pipelined(drain=due != ACT_NONE)
+                else:
+                    stop, answered = self._exchange(), True
             except tp.PeerFailed as exc:
                 self._ps_lost(exc, t_send, compute_s)
                 return
             log.emit(Ev.STEP, version=self.version, applied=True, staleness=0, samples=self.samples_per_step,
                      compute_s=round(compute_s, 6), allreduce_s=round(self.allreducer.last_s, 6),
                      exchange_s=round(time.time() - t_send, 6), loss=round(self.last_loss, 5))
-            if self.outage is not None:
+            if self.outage is not None and answered:  # a PS applied an update since the failure
                 self._recovered()
+            # no repair announced in the step that ends the run: the PS has left its loop and would never join
+            # the spawn (seen: a run that ended 0.6 s after a chain promotion, its spawn waited 30 s for the PS);
+            # _end_repairs completes the survivors' wait for the announcement instead
             self._set_ctrl(self.reply_weights, stop=DONE if stop else RUNNING,
-                           action=self._repair_action() or (ACT_NONE if stop else self._refill_action()))
+                           action=ACT_NONE if stop else self._announce(due))
             return
         # the PS is down
         new_weights = False
@@ -286,49 +329,117 @@ class Worker:
                     return
                 self._add_idle(time.perf_counter() - t_connect)
                 return
-        self._set_ctrl(new_weights, action=self._repair_action())
+        due = self._due_action()
+        self._set_ctrl(new_weights, action=self._announce(due if due == ACT_SPAWN else ACT_NONE))
 
-    def _repair_action(self) -> int:
-        """Once the restart delay has passed: announce the respawn of the missing roles."""
-        if self.repair_due is None or time.monotonic() < self.repair_due:
-            return ACT_NONE
+    def _due_action(self) -> int:
+        """The repair step due now, not announced yet: once the restart delay has passed, the respawn
+        of the missing roles; --refill-spares, once training runs again (the PS up, no repair under
+        way), the spawn of the spares that took roles."""
         if self.repair_thread is not None:  # the shrink is still running on its thread
             return ACT_NONE
-        self.repair_due = None
-        self.ctx.announce()
-        return ACT_SPAWN
+        if self.repair_due is not None:
+            return ACT_SPAWN if time.monotonic() >= self.repair_due else ACT_NONE
+        if time.monotonic() >= self.ctx.refill_after and self.ctx.refill_expected():
+            return ACT_REFILL
+        return ACT_NONE
 
-    def _refill_action(self) -> int:
-        """--refill-spares: once training runs again (the PS up, no repair under way), announce
-        the spawn of the spares that took roles."""
-        if (self.repair_due is not None or self.repair_thread is not None or time.monotonic() < self.ctx.refill_after
-                or not self.ctx.refill_expected()):
-            return ACT_NONE
-        self.ctx.announce(ACTION_REFILL)
-        return ACT_REFILL
+    def _announce(self, action: int) -> int:
+        """Announce the repair step ``action`` (from :meth:`_due_action`) to every survivor."""
+        if action == ACT_SPAWN:
+            self.repair_due = None
+            self.ctx.announce()
+        elif action == ACT_REFILL:
+            self.ctx.announce(ACTION_REFILL)
+        return action
 
     def _exchange(self) -> bool:
-        c, ctx = self.ctx.cluster, self.ctx
+        """Blocking: send this step's gradient, wait for the answer; whether the run stops."""
+        self._post()
         # the watch: a PS that went into the repair after a death elsewhere (a chain replica) never
         # takes this gradient; the leader must notice that death too instead of waiting out the timeout
+        tp.wait(self.in_flight.reqs, self.ctx.peer_timeout, "leader sends gradient", watch=self.ctx.death_watch(),
+                suspect=self.in_flight.suspect)
+        self.pending = True  # the PS may have it: a Hello re-sends it
+        answer = self._await_answer()
+        self.version = answer.version
+        return answer.stop
+
+    def _exchange_pipelined(self, drain: bool = False) -> tuple[bool, bool]:
+        """Pipelined: the answer to the gradient in flight, then this step's gradient sent without
+        waiting (``drain``: and its answer waited for too); (whether the run stops, whether an answer came)."""
+        answered = False
+        if self.in_flight is not None:
+            answered = True
+            if self._pipelined_answer().stop:  # the workers hold the PS's final weights; this gradient stays
+                self.reply_weights = KEEP
+                return True, answered
+        self._post()
+        self.pending = True  # from the post on: the workers apply it before its answer
+        self.version += 1    # as every worker does now (_take_weights), bit for bit as the PS
+        self.reply_weights = APPLY
+        if drain:
+            return self._pipelined_answer().stop, True  # stop or not, the workers apply it: the PS did
+        return False, answered
+
+    def _pipelined_answer(self) -> Answer:
+        computed_on = self.in_flight.version
+        try:
+            answer = self._await_answer()
+        except tp.PeerFailed:
+            self._lost_in_flight(computed_on)
+            raise
+        if answer.weights or answer.version != computed_on + 1:
+            raise ProtocolError(f"pipelined exchange: the gradient for version {computed_on} was answered with "
+                                f"version {answer.version}{' and weights' if answer.weights else ''}")
+        return answer
+
+    def _post(self) -> None:
+        """Send this step's gradient to the PS without waiting (its sends are in ``in_flight``)."""
+        c, ctx = self.ctx.cluster, self.ctx
+        if self.sent_grad is not self.grad_host:
+            self.sent_grad.copy_(self.grad_host)
         # a PS that answers in milliseconds and has not for --suspect-after is hung: fenced (psmodes.suspicion)
         suspect = Suspicion(ctx, c.ps, "the PS's answer to the leader")
-        tp.send(c.world, Grad(self.version), self.grad_host.numpy(), c.ps, tp.TAG_TO_PS,
-                ctx.peer_timeout, "leader sends gradient", watch=ctx.death_watch(), suspect=suspect)
-        self.pending = True
+        try:
+            reqs = tp.isend(c.world, Grad(self.version), self.sent_grad.numpy(), c.ps, tp.TAG_TO_PS)
+        except MPI.Exception as exc:
+            raise tp.classify(exc, "leader sends gradient") from None
+        self.in_flight = InFlight(self.version, reqs, suspect)
+
+    def _await_answer(self) -> Answer:
+        """The PS's answer to the gradient in flight (its sends completed first)."""
+        c, ctx, sent = self.ctx.cluster, self.ctx, self.in_flight
+        tp.wait(sent.reqs, ctx.peer_timeout, "leader sends gradient", watch=ctx.death_watch(), suspect=sent.suspect)
         answer, _ = tp.recv(c.world, MPI.ANY_SOURCE, tp.TAG_FROM_PS, ctx.peer_timeout, "leader waits for weights",
-                            Answer, poll=tp.SHORT_POLL, suspect=suspect)
+                            Answer, poll=tp.SHORT_POLL, suspect=sent.suspect)
         if answer.weights:
-            self._recv_weights(suspect)
+            self._recv_weights(sent.suspect)
             self.reply_weights = RECEIVE
         else:  # the PS only acknowledged: every worker applies the same update to its copy (_take_weights)
             self.reply_weights = APPLY
+        self.in_flight = None
         self.pending = False
-        suspect.done()
-        self.slowest_answer_s = max(self.slowest_answer_s, suspect.elapsed())  # what --suspect-after must exceed
-        self.mode.after_answer(self, self.version, answer)
-        self.version, self.t0_ms = answer.version, answer.t0_ms
-        return answer.stop
+        sent.suspect.done()
+        self.slowest_answer_s = max(self.slowest_answer_s, sent.suspect.elapsed())  # what --suspect-after must exceed
+        self.mode.after_answer(self, sent.version, answer, self.sent_grad)
+        self.t0_ms = answer.t0_ms
+        return answer
+
+    def _lost_in_flight(self, computed_on: int) -> None:
+        """Pipelined: the PS died with the gradient computed on ``computed_on`` unanswered. Every worker
+        applied it as the PS would (they hold version computed_on + 1) and computed this step's
+        gradient on the result."""
+        self.in_flight = None
+        self.pending = True
+        if self.mode.trains_through_outage:
+            # the replacement starts from the workers' weights (a hand-over), which contain the gradient
+            # in flight; this step's gradient is the outage's first (Mode.on_ps_lost keeps grad_host)
+            return
+        # the Hello re-sends it (sent_grad) for the new PS to reconcile from the version it was computed on;
+        # this step's gradient waits for a PS that holds the weights it was computed on (held)
+        self.version = computed_on
+        self.held = computed_on + 1
 
     def _recv_weights(self, suspect=None) -> None:
         c = self.ctx.cluster
@@ -340,16 +451,18 @@ class Worker:
 
     def _ps_lost(self, exc: tp.PeerFailed, t_send: float, compute_s: float) -> None:
         cfg, log = self.ctx.cfg, self.ctx.log
-        log.emit(Ev.DETECT, via="leader", error=str(exc), t_detect=time.time(), version=self.version,
+        held = self.version if self.held is None else self.held  # pipelined: the workers applied one more
+        log.emit(Ev.DETECT, via="leader", error=str(exc), t_detect=time.time(), version=held,
                  digest=digest(self.weights_in), role="worker0")
         if cfg.dies_with_ps:
             log.emit(Ev.FAILED, reason=f"PS died ({exc}); {no_repair(cfg)}")
             self._set_ctrl(False, stop=FAILED)
             return
         self.ps_up = False
+        self.in_flight = None  # what was in flight is pending now (or, stateless, part of the workers' weights)
         if self.outage is None:
             # the exchange began right after this step's compute; idle time starts there
-            self.outage = Outage(t_start=t_send, t_detect=time.time(), version=self.version)
+            self.outage = Outage(t_start=t_send, t_detect=time.time(), version=held)
         self._add_idle(time.time() - t_send)  # the exchange that hung until the death was detected
         self.repair_due = time.monotonic() + cfg.restart_delay_s
         self.mode.on_ps_lost(self)
@@ -413,6 +526,8 @@ class Worker:
 
     def _connect(self, pending: bool) -> bool:
         c, ctx, cfg = self.ctx.cluster, self.ctx, self.ctx.cfg
+        if self.in_flight is not None:  # its answer would be taken for the Hello's (see _lead's drain)
+            raise ProtocolError(f"a Hello with the gradient for version {self.in_flight.version} in flight")
         offer = self.mode.handover(self)  # stateless: the buffer for a fresh replacement; hybrid: the catch-up
         buffered, vectors = offer if offer is not None else (0, [])
         hello = Hello(self.version, pending=pending, buffered=buffered, t0_ms=self.t0_ms,
@@ -423,7 +538,7 @@ class Worker:
         tp.send(c.world, hello, None, c.ps, tp.TAG_TO_PS, ctx.peer_timeout, "leader says hello",
                 watch=ctx.death_watch(), suspect=suspect)
         if pending:  # stateless buffered it instead (on_ps_lost), so it is never re-sent there
-            tp.wait(c.world.Isend(self.grad_host.numpy(), c.ps, tp.TAG_TO_PS), ctx.peer_timeout, "re-send gradient",
+            tp.wait(c.world.Isend(self.sent_grad.numpy(), c.ps, tp.TAG_TO_PS), ctx.peer_timeout, "re-send gradient",
                     watch=ctx.death_watch(), suspect=suspect)
         if offer is not None:
             handover_s = self.mode.send_handover(self, vectors, suspect)
@@ -434,8 +549,11 @@ class Worker:
         if offer is not None:
             self.mode.handed_over(self, len(vectors), handover_s)
         if pending:  # the re-sent gradient was answered too (applied now or before): the mode may keep it
-            self.mode.after_answer(self, self.version, answer)
+            self.mode.after_answer(self, self.version, answer, self.sent_grad)
         self.version, self.t0_ms = answer.version, answer.t0_ms
+        if self.held is not None:  # pipelined: one version names one state, so the held gradient is valid
+            self.reuse = self.held == self.version
+            self.held = None
         self.pending = False
         self.ps_up = True
         if self.outage is not None:  # a hand-over or a catch-up leaves the PS at or past the workers' version

@@ -61,11 +61,13 @@ def test_a_sweep_value_is_the_psbench_run_argument_of_its_declaration(dest, valu
 
 def test_old_config_json_loads_and_a_newer_one_is_refused_in_one_line(tmp_path):
     old = {k: v for k, v in RunConfig(steps=10).to_dict().items()
-           if k not in ("kill_worker", "max_buffered", "format_version")}  # fields added later
+           if k not in ("kill_worker", "max_buffered", "format_version", "exchange")}  # fields added later
     path = tmp_path / "config.json"
     path.write_text(json.dumps(old))
     cfg = RunConfig.load(path)
     assert cfg.steps == 10 and cfg.kill_worker == [] and cfg.max_buffered == 256
+    assert cfg.exchange == "blocking", "a run recorded before --exchange existed was blocking, not auto's choice"
+    assert RunConfig(steps=10).validate().exchange == "pipelined", "auto is recorded resolved"
     path.write_text(json.dumps({**old, "format_version": FORMAT_VERSION + 1}))
     with pytest.raises(ConfigError, match=rf"^run format version {FORMAT_VERSION + 1} is newer than this psbench"):
         RunConfig.load(path)

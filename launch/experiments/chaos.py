@@ -206,7 +206,10 @@ def plan_trials(a: argparse.Namespace) -> list[Trial]:
                     and node.random() < (1.0 if kinds == ["node"] else NODE_SHARE):
                 trial.lose_the_node()
             cfg.run_dir = str((out / mode / f"trial-{i:03d}").resolve())
-            _validate(cfg)
+            _validate(cfg)  # resolves the optimizer, which decides whether the exchange can be pipelined
+            exchange = random.Random(f"{a.seed}/{mode}/{i}/exchange")  # its own draw, as the node's
+            if cfg.workers_apply:  # auto made it pipelined: half the trials run the blocking exchange
+                cfg.exchange = exchange.choice(["pipelined", "blocking"])
             trials.append(trial)
     return trials
 

@@ -65,7 +65,7 @@ from tqdm import tqdm
 
 from benchmarks import registry
 from psmodes.atomic import write_text_atomic
-from psmodes.config import ConfigError, RunConfig, read_user_file
+from psmodes.config import RAN_BEFORE_ITS_FIELD, ConfigError, RunConfig, read_user_file
 
 from ..analysis import naming
 from ..analysis.claims import KNOWN as claims_known
@@ -338,7 +338,8 @@ def finished(sweep: Sweep, run: PlannedRun) -> bool:
     if not (final / "summary.json").exists():
         raise ConfigError(f"{final} has no summary.json (not written by psbench sweep?); remove it")
     new = run.config.to_dict()
-    defaults = RunConfig().to_dict()  # a run recorded before a field existed had its default
+    # a run recorded before a field existed had its default, or ran as RAN_BEFORE_ITS_FIELD says
+    defaults = {**RunConfig().to_dict(), **RAN_BEFORE_ITS_FIELD}
     for key in sorted(set(old) | set(new)):
         if key in ("run_dir", "data_dir", "format_version", "hosts"):  # a job array task may land elsewhere
             continue

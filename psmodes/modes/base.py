@@ -42,7 +42,17 @@ class RecoveryMode:
 
     # ---- the promise
     def lost_steps_bound(self, cfg) -> int | None:
-        """The most PS versions one recovery may lose (None: the run does not recover)."""
+        """The most versions the workers had seen that one recovery may lose (None: the run does not
+        recover): the PS's versions of :meth:`ps_versions_lost` and, with ``--exchange pipelined``,
+        the one the workers applied before the PS answered it. A bound of 0 stays 0 there: that
+        gradient is re-sent with the Hello and the promoted PS applies it (tests/test_pipeline.py)."""
+        bound = self.ps_versions_lost(cfg)
+        if bound and cfg.exchange == "pipelined":
+            return bound + 1
+        return bound
+
+    def ps_versions_lost(self, cfg) -> int | None:
+        """The most answered PS versions one recovery may lose (None: the run does not recover)."""
         return 0
 
     def replicas(self, cfg) -> int:
@@ -101,8 +111,8 @@ class RecoveryMode:
         when it changed the worker's weights."""
         return False
 
-    def after_answer(self, worker, computed_on: int, answer) -> None:
-        """The sync leader's exchange for the gradient computed on version ``computed_on`` was answered."""
+    def after_answer(self, worker, computed_on: int, answer, grad) -> None:
+        """The sync leader's gradient ``grad``, computed on version ``computed_on``, was answered."""
 
     def handover(self, worker) -> tuple[int, list] | None:
         """What this worker's next Hello carries for the PS: (updates it stands for, payload vectors),

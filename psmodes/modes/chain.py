@@ -25,7 +25,7 @@ class ChainReplication(RecoveryMode):
     replacement_starts_from = "the promoted replica's copy of the state"
     options = ("replicas", "replicate_every")
 
-    def lost_steps_bound(self, cfg) -> int:
+    def ps_versions_lost(self, cfg) -> int:
         return 0 if cfg.replicate_every == 1 else 2 * cfg.replicate_every - 1
 
     def replicas(self, cfg) -> int:

@@ -27,7 +27,7 @@ class CheckpointRecovery(RecoveryMode):
     writes_checkpoints = True
     options = ("checkpoint_every", "checkpoint_sync")
 
-    def lost_steps_bound(self, cfg) -> int:
+    def ps_versions_lost(self, cfg) -> int:
         return cfg.checkpoint_every * (1 if cfg.checkpoint_sync else 2)
 
     def describe(self, cfg) -> str:

@@ -41,7 +41,7 @@ class Hybrid(ChainReplication):
                "since the tail's last ACK and a promoted replica replays them")
     replacement_starts_from = "the promoted replica's copy, caught up with the leader's kept gradients"
 
-    def lost_steps_bound(self, cfg) -> int:
+    def ps_versions_lost(self, cfg) -> int:
         return 0
 
     def validate(self, cfg) -> None:
@@ -104,10 +104,10 @@ class Hybrid(ChainReplication):
         server.acks.close()
 
     # ---- the leader
-    def after_answer(self, worker, computed_on: int, answer) -> None:
+    def after_answer(self, worker, computed_on: int, answer, grad) -> None:
         backup = _backup(worker)
         if answer.version == computed_on + 1:
-            backup.keep(computed_on, worker.grad_host)
+            backup.keep(computed_on, grad)
         else:  # not the step this gradient made (a reconnection that moved the version): start afresh
             backup.clear()
         backup.prune(answer.durable)

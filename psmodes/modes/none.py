@@ -11,5 +11,5 @@ class NoRecovery(RecoveryMode):
     survives_ps_death = False
     replacement_starts_from = "nothing: the run ends"
 
-    def lost_steps_bound(self, cfg) -> int | None:
+    def ps_versions_lost(self, cfg) -> int | None:
         return None
