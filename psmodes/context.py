@@ -34,6 +34,11 @@ from .suspicion import COLD_START_S
 # a spawn or join still running this long after a member's death is known is given up (see respawn)
 STALL_GRACE_S = 3.0
 SPAWN_TRIES = 3  # a death during the spawn is repaired (shrink, spawn again) this many times in all
+# a replacement joins 3-4 s after it wrote its pid file (2 busy cores); one still in the spawn this
+# long after is stuck in MPI_Init. Seen (kill-point matrix, the chain head and tail killed 10 ms apart,
+# Open MPI 5.0.11, 1 run in 17): both replacements failed in MPI_Init ("OPAL ERROR: Not supported in
+# ompi/dpm/dpm.c at line 406") and hung in its abort, and the survivors' spawn waited the outage timeout
+JOIN_STUCK_S = 20.0
 # --refill-spares: the refill's new world is made this long after a repair and after the leader's
 # recovery, at the earliest. Made 0.3 s after a kill, its MPI_Comm_create_from_group never returned
 # (psbench chaos, refill trials, Open MPI 5.0.11: the new spare then died of SIGSEGV in
@@ -259,7 +264,8 @@ class Context:
         a SIGSEGV in Open MPI 5.0.11's MPI_Init, chaos hybrid trial-047). The survivors see it by
         its pid file (:func:`psmodes.pidfiles.spawned_dead`) and give the attempt up at once (no
         grace: it cannot join any more); the shrink then drops nobody and the spawn is tried
-        again. Only a death that
+        again. One that is still in its MPI_Init :data:`JOIN_STUCK_S` after its pid file was
+        written is stuck there (a failed MPI_Init that hangs in its abort): killed, it is such a death. Only a death that
         leaves no copy of the PS state (chain: head and all replicas) or kills a
         worker ends the run, with the same one-line reason as a death outside
         the spawn."""
@@ -307,10 +313,12 @@ class Context:
         joined (no time: added to ``dead_spawned``)."""
         if self._death_noticed():
             return "a member died", STALL_GRACE_S
-        dead = spawned_dead(self.cfg.run_dir, spawning)
+        dead = spawned_dead(self.cfg.run_dir, spawning, stuck_after_s=JOIN_STUCK_S)
         if dead:
             dead_spawned[:] = dead
-            return f"{', '.join(d['name'] for d in dead)} died before joining", 0.0
+            stuck = [d["name"] for d in dead if d.get("stuck")]
+            return (f"{', '.join(d['name'] for d in dead)} died before joining"
+                    + (f" ({', '.join(stuck)} killed: stuck in MPI_Init for {JOIN_STUCK_S:.0f} s)" if stuck else "")), 0.0
         return None
 
     def _death_noticed(self) -> bool:

@@ -136,16 +136,21 @@ class Ack(Message):
     version: int
 
 
+NOT_PENDING, PENDING, PENDING_APPLIED = 0, 1, 2  # Hello.pending
+
+
 @dataclass(frozen=True)
 class Hello(Message):
     """The first message to a PS, at start and after every repair (see :mod:`psmodes.server`).
 
     ``version``: the sender's weight version (-1: the run's first contact); ``pending``: the
-    gradient whose answer never came follows; a stateless hand-over carries ``buffered``
-    updates under ``policy`` in ``vectors`` payloads, after the weights."""
+    gradient whose answer never came, computed on ``version``, follows (:data:`PENDING`), and
+    the workers already applied it themselves (:data:`PENDING_APPLIED`: the pipelined exchange,
+    so they hold ``version + 1``); a stateless hand-over carries ``buffered`` updates under
+    ``policy`` in ``vectors`` payloads, after the weights."""
     KIND: ClassVar[int] = 7
     version: int
-    pending: bool = False
+    pending: int = NOT_PENDING
     buffered: int = 0
     t0_ms: int = 0
     policy: int = 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import time
 from pathlib import Path
@@ -80,11 +81,13 @@ def write_spawned_pid(run_dir: str | Path, name: str) -> None:
     write_text_atomic(folder / f"{name}.json", json.dumps(info) + "\n")
 
 
-def spawned_dead(run_dir: str | Path, names: list[str]) -> list[dict]:
+def spawned_dead(run_dir: str | Path, names: list[str], stuck_after_s: float | None = None) -> list[dict]:
     """Those of the spawned replacements ``names`` known to have died (name, pid, host, t_seen):
     seen dead here (a process of this host), or marked dead by a survivor on their host
     (``<name>.dead``: the run directory is shared by the hosts, like its config). One that has
-    not written its pid file yet is not known."""
+    not written its pid file yet is not known. ``stuck_after_s``: one of this host that wrote its
+    pid file that long ago and is still in the spawn is stuck in its MPI_Init: SIGKILLed here and
+    counted dead (``stuck``)."""
     folder, host, dead = _spawned_folder(run_dir), socket.gethostname(), []
     for name in names:
         marker = folder / f"{name}.dead"
@@ -97,8 +100,16 @@ def spawned_dead(run_dir: str | Path, names: list[str]) -> list[dict]:
             info = json.loads((folder / f"{name}.json").read_text())
         except (FileNotFoundError, ValueError):
             continue
-        if info.get("host") == host and not alive(info["pid"]):
-            seen = {"name": name, "pid": info["pid"], "host": host, "t_seen": time.time()}
+        if info.get("host") != host:
+            continue
+        stuck = alive(info["pid"]) and stuck_after_s is not None and time.time() - info["t"] > stuck_after_s
+        if stuck:
+            try:
+                os.kill(info["pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if stuck or not alive(info["pid"]):
+            seen = {"name": name, "pid": info["pid"], "host": host, "t_seen": time.time(), "stuck": stuck}
             write_text_atomic(marker, json.dumps(seen) + "\n")
             dead.append(seen)
     return dead

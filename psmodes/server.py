@@ -28,7 +28,7 @@ from .context import Context, RunFailed, build_flat
 from .pidfiles import write_pid_file
 from .events import Ev
 from .flatparams import digest
-from .messages import Answer, Grad, Hello, Ready, Snapshot
+from .messages import PENDING_APPLIED, Answer, Grad, Hello, Ready, Snapshot
 from .optim import FlatOptimizer, make_optimizer
 
 
@@ -167,7 +167,10 @@ class ParameterServer:
         """Reconcile with the leader; see the module docstring."""
         ctx, world, leader = self.ctx, self.ctx.cluster.world, self.ctx.cluster.leader
         leader_version = hello.version
-        info: dict = {"leader_version": leader_version, "ps_version_before": self.opt.version}
+        applied = hello.pending == PENDING_APPLIED
+        workers_version = leader_version + applied if leader_version >= 0 else leader_version
+        info: dict = {"leader_version": leader_version, "workers_version": workers_version,
+                      "ps_version_before": self.opt.version}
         if leader_version < 0 and self.restart is not None:
             pass  # the first contact of a restarted job: training goes on on the run's clock
         elif leader_version < 0:  # the first contact of the run
@@ -182,7 +185,8 @@ class ParameterServer:
                 tp.recv_payload(world, self.grad.numpy(), leader, tp.TAG_TO_PS, ctx.peer_timeout, "pending gradient")
             if hello.vectors:  # a promoted head catches up on the updates its copy had not seen (hybrid)
                 info.update(self.mode.ps_catch_up(self, hello, leader))
-            info["digest_at_leader_version"] = self._digest_at(leader_version)
+            if not applied:  # the workers hold the weights the pending gradient was computed on
+                info["digest_at_workers_version"] = self._digest_at(workers_version)
             if hello.pending:
                 if self.opt.version == leader_version:
                     self._update(self.grad)
@@ -191,10 +195,13 @@ class ParameterServer:
                     info["pending"] = "already applied"
                 else:
                     info["pending"] = "dropped (PS is behind the leader)"
+            if applied:  # ... and they had applied it: the PS holds their weights once it has too
+                info["digest_at_workers_version"] = self._digest_at(workers_version)
         info["ps_version"] = self.opt.version
-        # versions the workers had that this PS does not hold (a catch-up replays them first)
+        # versions the workers had that this PS does not hold (a catch-up replays them first); the
+        # pending gradient is applied (or was) unless the PS is behind the version it was computed on
         held = info["ps_version_before"] + info.get("caught_up", 0)
-        info["lost_steps"] = max(0, leader_version - held) if leader_version >= 0 else 0
+        info["lost_steps"] = max(0, workers_version - held) if 0 <= leader_version and held < leader_version else 0
         ctx.log.emit(Ev.HELLO, **info)
         self.started = True
         self._reply()

@@ -61,6 +61,9 @@ from .messages import (
     Answer,
     Control,
     Grad,
+    NOT_PENDING,
+    PENDING,
+    PENDING_APPLIED,
     Hello,
     ProtocolError,
 )
@@ -530,7 +533,9 @@ class Worker:
             raise ProtocolError(f"a Hello with the gradient for version {self.in_flight.version} in flight")
         offer = self.mode.handover(self)  # stateless: the buffer for a fresh replacement; hybrid: the catch-up
         buffered, vectors = offer if offer is not None else (0, [])
-        hello = Hello(self.version, pending=pending, buffered=buffered, t0_ms=self.t0_ms,
+        # pipelined: the workers applied the pending gradient (they hold self.held, one version more)
+        pending_code = (PENDING if self.held is None else PENDING_APPLIED) if pending else NOT_PENDING
+        hello = Hello(self.version, pending=pending_code, buffered=buffered, t0_ms=self.t0_ms,
                       policy=POLICY_CODES[cfg.replay], vectors=len(vectors))
         # a replacement that hangs before it answers is fenced like a hung PS; the cold start after a
         # respawn and the holder's own start-up are not counted (psmodes.suspicion)

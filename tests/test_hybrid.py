@@ -3,6 +3,7 @@ leader's upstream backup. The backup's bookkeeping on its own, then real PS kill
 real mpirun: 0 lost steps with K=20, where chain with the same K may lose up to 2K-1."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from conftest import events, run_ok
@@ -32,17 +33,21 @@ def test_backup_keeps_consecutive_versions_since_the_acknowledged_one():
     assert any(b.kept[0][1] is t for t in kept), "buffers are reused, not allocated per step"
 
 
-def test_hybrid_loses_nothing_when_the_head_dies_between_replications(tmp_path):
+@pytest.mark.parametrize("exchange", ["blocking", "pipelined"])
+def test_hybrid_loses_nothing_when_the_head_dies_between_replications(tmp_path, exchange):
     k = 20
     out, s = run_ok(tmp_path, *SYN, "--mode", "hybrid", "--replicas", "1", "--replicate-every", str(k),
-                    "--duration", "12s", "--kill-ps", "point:apply@130")
+                    "--duration", "12s", "--kill-ps", "point:apply@130", "--exchange", exchange)
     (rec,) = s["recoveries"]
     assert rec["lost_steps"] == 0, rec
     hello = [h for h in events(out, "hello") if "caught_up" in h]
     assert hello and hello[0]["lost_steps"] == 0, hello
     assert hello[0]["caught_up"] > 0, "the promoted replica had every update already: the kill missed the window"
     (detect,) = [d for d in events(out, "detect", "worker0") if d["via"] == "leader"]
-    assert hello[0]["digest_at_leader_version"] == detect["digest"], "caught up, but not to the workers' weights"
+    assert hello[0]["workers_version"] == detect["version"], (hello, detect)
+    assert hello[0]["digest_at_workers_version"] == detect["digest"], "caught up, but not to the workers' weights"
+    if exchange == "pipelined":  # the workers had applied the gradient in flight: the PS applied it once
+        assert hello[0]["pending"] == "applied" and hello[0]["ps_version"] == detect["version"], hello
     # bitwise: the workers' copy and the PS's ended equal
     digests = {e["who"]: e.get("digest") for e in events(out, "done") if e.get("digest")}
     assert len(set(digests.values())) == 1, digests

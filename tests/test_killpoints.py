@@ -112,11 +112,11 @@ def check_promise(out, s) -> None:
     assert all(r["lost_steps"] <= bound for r in s["recoveries"]), (bound, s["recoveries"])
     if promise.replicas(cfg) and bound == 0:  # the new head's weights are bitwise those the workers saw
         for hello in events(out, "hello"):
-            if hello["leader_version"] >= 0 and hello.get("digest_at_leader_version") is not None:
+            if hello["leader_version"] >= 0 and hello.get("digest_at_workers_version") is not None:
                 detect = [d for d in events(out, "detect", "worker0")
-                          if d.get("version") == hello["leader_version"] and d["t"] < hello["t"]]
+                          if d.get("version") == hello["workers_version"] and d["t"] < hello["t"]]
                 if detect:
-                    assert hello["digest_at_leader_version"] == detect[-1]["digest"]
+                    assert hello["digest_at_workers_version"] == detect[-1]["digest"]
     if promise.writes_checkpoints:
         from psmodes import checkpoint as ckpt
 
@@ -208,6 +208,20 @@ def check_spawn_retried(out) -> None:
     assert {f["who"] for f in failed} >= {"worker0", "worker1", "evaluator"}, failed
     again = [e for e in events(out, "respawned") if e.get("attempts") == 2]
     assert {e["who"] for e in again} >= {"worker0", "worker1", "evaluator"}, again
+
+
+def test_a_replacement_stuck_in_mpi_init_is_killed_and_spawned_again(tmp_path):
+    """A replacement stopped before its MPI_Init stands for one whose MPI_Init failed and hung in
+    its abort (seen: Open MPI 5.0.11, dpm.c 406): the survivors kill it JOIN_STUCK_S after its pid
+    file and spawn again, instead of waiting out the outage timeout in the spawn."""
+    from psmodes.context import JOIN_STUCK_S
+
+    out, s = run_ok(tmp_path, *SYN, *MODE_ARGS["checkpoint"], "--kill-ps", "point:apply@100",
+                    "--hang-ps", "point:replacement_init")
+    stuck = [d for f in events(out, "spawn_failed") for d in f["died_before_joining"] if d["stuck"]]
+    assert stuck and {d["name"] for d in stuck} == {"ps-gen1"}, events(out, "spawn_failed")
+    check_spawn_retried(out)
+    assert s["wall_s"] < JOIN_STUCK_S + 30, s["wall_s"]
 
 
 def test_kill_in_spawn_without_a_replica_left_fails_cleanly(tmp_path):

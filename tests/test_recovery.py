@@ -86,9 +86,9 @@ def test_chain_strict_failover_loses_nothing(tmp_path):
     out, s = run_ok(tmp_path, *SYN, "--mode", "chain", "--replicas", "2", "--replicate-every", "1",
                     "--duration", "14s", "--kill-ps", "5s")
     (detect,) = leader_detections(out)
-    hello = [h for h in events(out, "hello") if h["leader_version"] == detect["version"]]
+    hello = [h for h in events(out, "hello") if h.get("workers_version") == detect["version"]]
     assert hello, "the new head never reconciled with the leader"
-    assert hello[0]["digest_at_leader_version"] == detect["digest"], "new head's weights differ from the workers'"
+    assert hello[0]["digest_at_workers_version"] == detect["digest"], "new head's weights differ from the workers'"
     assert hello[0]["lost_steps"] == 0 and s["recoveries"][0]["lost_steps"] == 0
     # the chain is repaired: a new tail was spawned and followed the chain to the end
     respawned = events(out, "respawned", "worker0")
