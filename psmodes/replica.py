@@ -35,6 +35,9 @@ class Replica:
         self.prev: tuple[int, torch.Tensor] | None = None
         self.version = -1
         self.t0_ms = 0
+        # strict chain (K=1): every update waits for the tail, so the replicas wait as a PS does; with
+        # K > 1 the head posts the state and goes on, and a replica may take it up to IDLE_POLL late
+        self.poll = tp.DEFAULT_POLL if ctx.cfg.replicate_every == 1 else tp.IDLE_POLL
         self.pid_label = ctx.cluster.me.label
         write_pid_file(ctx, self.pid_label)
 
@@ -88,7 +91,7 @@ class Replica:
         while True:
             c = ctx.cluster
             msg, pred = tp.recv(c.world, MPI.ANY_SOURCE, tp.TAG_CHAIN, ctx.outage_timeout, "replica waits for state",
-                             State, Stop, on_idle=ctx.idle)
+                             State, Stop, on_idle=ctx.idle, poll=self.poll)
             succ = c.successor()
             if isinstance(msg, Stop):
                 if succ is not None:

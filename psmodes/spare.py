@@ -11,7 +11,7 @@ the new generation, exactly as if it had been spawned (it restores what the mode
 the newest checkpoint, the chain's state, the workers' hand-over).
 
 While it waits a spare costs next to nothing: one ANY_SOURCE receive (ULFM fails it as soon
-as any member dies, so the spare joins the shrink), polled every :data:`POLL_S` seconds.
+as any member dies, so the spare joins the shrink), polled every :data:`psmodes.transport.IDLE_POLL` seconds (5 ms on a takeover).
 At the run's end the leader sends each spare left a :class:`~psmodes.messages.Retire`.
 """
 from __future__ import annotations
@@ -27,8 +27,6 @@ from .events import Ev
 from .messages import Retire
 from .pidfiles import write_pid_file
 from .roles import Role
-
-POLL_S = 0.01  # a waiting spare wakes 100 times a second: well under 1% of a core, 5 ms on a takeover
 
 
 class Spare:
@@ -53,7 +51,7 @@ class Spare:
     def _wait(self) -> None:
         ctx = self.ctx
         tp.recv(ctx.cluster.world, MPI.ANY_SOURCE, tp.TAG_SPARE, max(1.0, self.t_end - time.monotonic()),
-                "spare waits for a role or the run's end", Retire, on_idle=ctx.idle, poll=POLL_S)
+                "spare waits for a role or the run's end", Retire, on_idle=ctx.idle, poll=tp.IDLE_POLL)
         return None
 
     def _taken(self) -> Role | None:
