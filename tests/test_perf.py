@@ -46,13 +46,13 @@ def test_a_missed_target_says_by_how_much():
          "ps_timing": {"recv_s": 0.001, "apply_s": 0.001, "send_s": 0.001}}]}
     row = next(r for r in targets(results) if r["figure"].startswith("PS overhead"))
     assert row["measured"] == "0.800"
-    assert row["status"].startswith("MISSED by 0.100")
+    assert row["status"].startswith("MISSED by 0.150")
     assert "3.0 ms" in row["breakdown"]
 
 
 def test_a_miss_within_the_noise_is_not_blamed_on_replication():
     runs = []
-    for rep, ratio in enumerate((0.95, 0.96, 1.02)):  # median 0.96 < 0.97; the range reaches it
+    for rep, ratio in enumerate((0.95, 0.96, 1.02)):  # median 0.96 < 0.98; the range reaches it
         runs += [{"variant": "none", "rep": rep, "samples_per_s": 1000.0, "ps_timing": {"after_s": 1e-5}},
                  {"variant": "chain K=100 R=1", "rep": rep, "samples_per_s": 1000.0 * ratio,
                   "ps_timing": {"after_s": 1e-5}}]

@@ -19,13 +19,14 @@ from psmodes.config import RunConfig
 
 from .lazy import frame, pyplot
 
-# the issue's targets: (what, variant or figure, bound), higher is better
-RATIO_TARGETS = [("PS overhead (none / Horovod)", "reference", 0.90),
+# the issues' targets: (what, variant or figure, bound), higher is better; raised by issue #18 with the
+# pipelined exchange (from 0.90, 0.98, 0.97, 0.97, 0.85, 0.85)
+RATIO_TARGETS = [("PS overhead (none / Horovod)", "reference", 0.95),
                  ("checkpoint K=100 / none", "checkpoint K=100", 0.98),
-                 ("chain K=100 R=1 / none", "chain K=100 R=1", 0.97),
-                 ("chain K=100 R=2 / none", "chain K=100 R=2", 0.97),
-                 ("chain K=1 R=1 / none", "chain K=1 R=1", 0.85),
-                 ("chain K=1 R=2 / none", "chain K=1 R=2", 0.85)]
+                 ("chain K=100 R=1 / none", "chain K=100 R=1", 0.98),
+                 ("chain K=100 R=2 / none", "chain K=100 R=2", 0.98),
+                 ("chain K=1 R=1 / none", "chain K=1 R=1", 0.95),
+                 ("chain K=1 R=2 / none", "chain K=1 R=2", 0.90)]
 FLOOR_TARGET = 3.0
 DETECTION_P50 = 1.5
 HANG_MARGIN = 0.5  # a hung PS is detected within --suspect-after plus this
@@ -334,9 +335,10 @@ def _misses_section(results: dict, rows: list[dict]) -> list[str]:
                 f"process, the SGD step there, the answer), {n['rest']:.1f} ms the control header to the other workers "
                 "and the local application of the update, and forward+backward itself is "
                 f"{n['compute'] - r['compute']:+.1f} ms slower than in the reference: with the PS there are 3 processes "
-                "for 2 cores, and every PS wake-up (it polls each millisecond while it waits) preempts a worker. The PS "
-                "is on the critical path of a synchronous step by design; hiding it would mean letting the workers "
-                "run one step ahead of the PS's acknowledgement, which changes what a lost step is.", ""]
+                "for 2 cores, and every PS wake-up (it polls each millisecond while it waits) preempts a worker. With "
+                "the pipelined exchange (the default for plain SGD) the exchange is only the wait for the previous "
+                "step's answer that the next step's compute did not hide; `none, blocking` shows the exchange whole.",
+                ""]
     chain = [m for m in missed if m.startswith("chain K=1 ")]  # not "chain K=100"
     if chain:
         after = {}

@@ -69,6 +69,9 @@ THROUGHPUT = [
     ("chain K=100 R=2", {"mode": "chain", "replicate_every": 100, "replicas": 2}),
     ("stateless", {"mode": "stateless"}),
     ("hybrid K=100 R=1", {"mode": "hybrid", "replicate_every": 100, "replicas": 1}),
+    # what the pipelined exchange (the default where it applies) buys: the same runs, blocking
+    ("none, blocking", {"exchange": "blocking"}),
+    ("chain K=1 R=1, blocking", {"mode": "chain", "replicate_every": 1, "replicas": 1, "exchange": "blocking"}),
 ]
 QUICK_VARIANTS = ("none", "checkpoint K=10", "chain K=1 R=1", "stateless")
 QUICK_FAILURE_MODES = ("checkpoint",)  # --quick's failure section: the tests kill every mode elsewhere
@@ -362,7 +365,7 @@ class Perf:
 
 
 def slug(label: str) -> str:
-    return label.lower().replace("=", "").replace(" ", "-")
+    return label.lower().replace("=", "").replace(",", "").replace(" ", "-")
 
 
 def _events(run_dir: Path, kinds: tuple) -> list[dict]:
