@@ -102,13 +102,14 @@ def spawned_dead(run_dir: str | Path, names: list[str], stuck_after_s: float | N
             continue
         if info.get("host") != host:
             continue
-        stuck = alive(info["pid"]) and stuck_after_s is not None and time.time() - info["t"] > stuck_after_s
+        living = alive(info["pid"])
+        stuck = living and stuck_after_s is not None and time.time() - info["t"] > stuck_after_s
         if stuck:
             try:
                 os.kill(info["pid"], signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        if stuck or not alive(info["pid"]):
+        if stuck or not living:
             seen = {"name": name, "pid": info["pid"], "host": host, "t_seen": time.time(), "stuck": stuck}
             write_text_atomic(marker, json.dumps(seen) + "\n")
             dead.append(seen)

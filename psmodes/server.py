@@ -168,7 +168,7 @@ class ParameterServer:
         ctx, world, leader = self.ctx, self.ctx.cluster.world, self.ctx.cluster.leader
         leader_version = hello.version
         applied = hello.pending == PENDING_APPLIED
-        workers_version = leader_version + applied if leader_version >= 0 else leader_version
+        workers_version = leader_version + applied  # a first contact (-1) has nothing pending
         info: dict = {"leader_version": leader_version, "workers_version": workers_version,
                       "ps_version_before": self.opt.version}
         if leader_version < 0 and self.restart is not None:
@@ -201,7 +201,7 @@ class ParameterServer:
         # versions the workers had that this PS does not hold (a catch-up replays them first); the
         # pending gradient is applied (or was) unless the PS is behind the version it was computed on
         held = info["ps_version_before"] + info.get("caught_up", 0)
-        info["lost_steps"] = max(0, workers_version - held) if 0 <= leader_version and held < leader_version else 0
+        info["lost_steps"] = workers_version - held if 0 <= leader_version and held < leader_version else 0
         ctx.log.emit(Ev.HELLO, **info)
         self.started = True
         self._reply()
