@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from launch.analysis.perfreport import _misses_section, floor_seconds, targets, throughput_ratios
+from launch.analysis.perfreport import _misses_section, _scale_section, floor_seconds, targets, throughput_ratios
 
 PSBENCH = [sys.executable, "-m", "launch.cli"]
 
@@ -29,6 +29,23 @@ def test_ratios_are_paired_within_a_repetition():
     ratios = throughput_ratios(results)
     assert ratios["stateless"] == [0.5, 1.0]
     assert ratios["reference"] == [0.9, 1.0]
+
+
+def test_scale_points_are_paired_within_their_point_and_reported_beside_the_base():
+    results = {"plan": {"workers": 2, "steps": 800, "benchmark": "fmnist-cnn"}, "throughput": [
+        {"variant": "reference", "rep": 0, "samples_per_s": 1000.0},
+        {"variant": "none", "rep": 0, "samples_per_s": 950.0, "completed": True}], "scale": []}
+    for rep, (ref, none, chain) in enumerate(((400.0, 200.0, 100.0), (300.0, 300.0, 240.0))):
+        for variant, sps in (("reference", ref), ("none", none), ("chain K=1 R=1", chain)):
+            results["scale"].append({"point": "synthetic 100M, 2 workers", "steps": 30, "variant": variant, "rep": rep,
+                                     "samples_per_s": sps, "completed": True,
+                                     "ps_timing": {"recv_s": 0.08, "apply_s": 0.05, "send_s": 0.0001}})
+    text = "\n".join(_scale_section(results))
+    base, big = [line for line in text.splitlines() if line.startswith("| fmnist-cnn") or line.startswith("| synthetic")]
+    assert "0.950" in base and "| 800 " in base
+    # none / Horovod: 0.5 and 1.0 (median 0.75); chain / none: 0.5 and 0.8 (median 0.65); not 200/300 unpaired
+    assert "0.750 (0.500-1.000)" in big and "0.650 (0.500-0.800)" in big and "| 30 " in big
+    assert "80.00 / 50.00 / 0.10" in big
 
 
 def test_floor_counts_bytes_moved_per_phase():
@@ -105,6 +122,11 @@ def test_quick_perf_measures_every_section(tmp_path):
     (spare,) = [f for f in results["failures"] if f["repair"] == "spare"]  # quick: checkpoint only
     assert spare["mode"] == "checkpoint" and spare["usage"]["spare0"]["wait_s"] > 0, spare
     assert 2.9 <= hang["detections"][0] <= 3.0 + 0.5, hang  # the suspicion, at --suspect-after
+    # the scale point: 4 workers on the synthetic model, the reference and none paired
+    scale = {r["variant"]: r for r in results["scale"]}
+    assert set(scale) == {"reference", "none"} and scale["reference"]["samples_per_s"] > 0
+    assert scale["none"]["completed"] and {"ps", "worker3"} <= set(scale["none"]["usage"])
+    assert scale["none"]["ps_timing"]["numel"] > 900_000  # the 1M synthetic MLP, not the CNN
     assert [s["params"] for s in results["scaling"]] == [200_000, 2_000_000]
     assert all(s["ps_timing"]["recv_s"] > 0 and s["checkpoint_write_s"] > 0 for s in results["scaling"])
     mem = {m["policy"]: m for m in results["memory"]}
@@ -113,7 +135,7 @@ def test_quick_perf_measures_every_section(tmp_path):
     assert 1 <= mem["sequential"]["vectors"] <= 32
     assert mem["sequential"]["buffered"] == mem["sequential"]["vectors"]  # the dropped ones are counted apart
     text = (report / "report.md").read_text()
-    for heading in ("## Targets", "## Throughput without failures", "## Failure costs",
+    for heading in ("## Targets", "## Throughput without failures", "## Throughput at scale", "## Failure costs",
                     "## PS time per update against the memory-bandwidth floor", "## Memory", "## CPU time per rank"):
         assert heading in text
     assert "PS overhead (none / Horovod)" in text and "Quick mode" in text

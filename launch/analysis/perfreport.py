@@ -70,9 +70,14 @@ def _table(rows: list[dict]) -> str:
 
 # ---- derived figures
 def throughput_ratios(results: dict) -> dict[str, list[float]]:
+    """The throughput section's ratios (:func:`paired_ratios`)."""
+    return paired_ratios(results.get("throughput", []))
+
+
+def paired_ratios(runs: list[dict]) -> dict[str, list[float]]:
     """Per repetition: each variant's samples/s over none's (paired), and none over the reference."""
     by_rep: dict[int, dict[str, float]] = {}
-    for r in results.get("throughput", []):
+    for r in runs:
         if r.get("samples_per_s") and r.get("completed", True):
             by_rep.setdefault(r["rep"], {})[r["variant"]] = r["samples_per_s"]
     ratios: dict[str, list[float]] = {}
@@ -314,6 +319,7 @@ def render(results: dict, runs: Path, plots: list[str]) -> str:
     lines += ["## Targets", "", _table(rows), ""]
     lines += _misses_section(results, rows)
     lines += _throughput_section(results, plots)
+    lines += _scale_section(results)
     lines += _failure_section(results)
     lines += _scaling_section(results, plots)
     lines += _memory_section(results)
@@ -400,6 +406,39 @@ def _throughput_section(results: dict, plots: list[str]) -> list[str]:
     if "throughput.png" in plots:
         out += ["![throughput ratios](throughput.png)", ""]
     return out
+
+
+def _scale_section(results: dict) -> list[str]:
+    """The PS's overhead as the workers and the model grow: the throughput section's point first, then
+    each scale point, every ratio paired within a repetition."""
+    points: dict[str, list[dict]] = {}
+    for r in results.get("scale", []):
+        points.setdefault(r["point"], []).append(r)
+    if not points:
+        return []
+    plan = results.get("plan", {})
+    base = f"{plan.get('benchmark') or 'fmnist-cnn'}, {plan.get('workers', 2)} workers (above)"
+    variants = [v for v in ("chain K=1 R=1",) if any(r["variant"] == v for rs in points.values() for r in rs)]
+    rows = []
+    for point, runs in [(base, results.get("throughput", []))] + list(points.items()):
+        ratios = paired_ratios(runs)
+        sps = lambda v: _spread([r.get("samples_per_s") for r in runs if r["variant"] == v], "{:.0f}")  # noqa: E731
+        none_t = [r.get("ps_timing") or {} for r in runs if r["variant"] == "none"]
+        row = {"point": point, "updates": runs[0].get("steps", plan.get("steps")) if runs else "-",
+               "Horovod samples/s": sps("reference"), "none samples/s": sps("none"),
+               "none / Horovod": _spread(ratios.get("reference", []))}
+        for v in variants:
+            row[f"{v} / none"] = _spread(ratios.get(v, []))
+        row["none's PS recv / apply / send (ms)"] = " / ".join(
+            _fmt(None if _med([t.get(k) for t in none_t]) is None else _med([t.get(k) for t in none_t]) * 1e3, 2)
+            for k in ("recv_s", "apply_s", "send_s"))
+        rows.append(row)
+    return ["## Throughput at scale", "",
+            "The throughput comparison at more workers and bigger models (the `synthetic` MLP on random data): "
+            "each point's variants run interleaved, repetition by repetition, and a ratio is paired within a "
+            "repetition (median (min-max)). More workers than cores share them with the PS; a bigger model "
+            "moves more bytes through the PS each update (the gradient in; with plain SGD no weights out).", "",
+            _table(rows), ""]
 
 
 REPAIR_NAMES = {"spawn": "spawned", "spare": "spare"}

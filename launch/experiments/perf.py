@@ -1,6 +1,6 @@
 """``psbench perf``: what fault tolerance costs, measured side by side in one session.
 
-    psbench perf                       # the full set (about 25 min on 2 cores), reports/perf/report.md
+    psbench perf                       # the full set (about 45 min on 2 cores), reports/perf/report.md
     psbench perf --quick --out DIR     # a small version of every section (a few minutes; the tests)
     psbench perf --from RUNS_DIR       # re-render the report from a finished (or cut) measurement
 
@@ -12,6 +12,10 @@ Sections, each a set of real runs (mpirun, ULFM, real SIGKILLs):
   variants run interleaved, repetition by repetition, so drift of the machine
   hits all of them alike; each ratio is taken within a repetition (paired)
   and reported as the median and range over the repetitions.
+- **scale**: the same paired comparison (the Horovod reference, ``none``,
+  strict chain) at more workers (4) and bigger models (the ``synthetic`` MLP
+  at 10M and 100M parameters), so the report shows how the PS's overhead
+  grows with the workers and with the bytes each update moves.
 - **failures**: per mode and kind of fault, one run with several faults of
   the PS: SIGKILLs, hangs (SIGSTOP, fenced after ``--suspect-after``), slow
   phases (ridden out) and SIGKILLs sent from outside psbench (unplanned);
@@ -82,7 +86,17 @@ FAILURE_KINDS = ("kill", "hang", "slow", "outside")  # psbench chaos's kinds; ou
 REPAIRS = {"kill": ("spawn", "spare"), "hang": ("spawn",), "slow": ("spawn",), "outside": ("spawn",)}
 SLOW_S = 3.0  # each slow phase of the failure runs, at the default --slow-factor
 MEMORY_POLICIES = ("paper", "mean", "sequential", "staleness")
-SECTIONS = ("throughput", "failures", "scaling", "memory")
+# the throughput at scale: (label, the run's workload and workers) against the plan's benchmark at its
+# workers in the throughput section; the variants compared at each point, with the reference
+SCALE_POINTS = [("4 workers", {"workers": 4}),
+                ("synthetic 10M, 2 workers", {"benchmark": "synthetic", "model_params": 10_000_000, "workers": 2}),
+                ("synthetic 100M, 2 workers", {"benchmark": "synthetic", "model_params": 100_000_000, "workers": 2})]
+QUICK_SCALE_POINTS = [("synthetic 1M, 4 workers", {"benchmark": "synthetic", "model_params": 1_000_000, "workers": 4})]
+SCALE_VARIANTS = ("none", "chain K=1 R=1")
+QUICK_SCALE_VARIANTS = ("none",)
+SCALE_UPDATE_BYTES = 8e9  # a scale point's steps: about this many gradient bytes, within [MIN_SCALE_STEPS, --steps]
+MIN_SCALE_STEPS = 30
+SECTIONS = ("throughput", "scale", "failures", "scaling", "memory")
 PAUSE_S = 3.0
 
 
@@ -97,6 +111,8 @@ class Plan:
     failure_kinds: list[str] = field(default_factory=lambda: list(FAILURE_KINDS))
     max_buffered: int = 32
     variants: list[str] = field(default_factory=lambda: [v for v, _ in THROUGHPUT])
+    scale_points: list = field(default_factory=lambda: [list(p) for p in SCALE_POINTS])
+    scale_variants: list[str] = field(default_factory=lambda: list(SCALE_VARIANTS))
     policies: list[str] = field(default_factory=lambda: list(MEMORY_POLICIES))
     sections: list[str] = field(default_factory=lambda: list(SECTIONS))
     data_dir: str | None = None
@@ -142,6 +158,7 @@ def plan_from_args(a: argparse.Namespace) -> Plan:
         plan.reps, plan.steps, plan.kills, plan.kill_gap_s = 1, 60, 1, 6.0
         plan.sizes = [200_000, 2_000_000]
         plan.variants, plan.policies = list(QUICK_VARIANTS), ["paper", "sequential"]
+        plan.scale_points, plan.scale_variants = [list(p) for p in QUICK_SCALE_POINTS], list(QUICK_SCALE_VARIANTS)
         plan.failure_kinds = ["kill", "hang"]  # the hang for checkpoint only (see Perf.failures)
     plan.reps = _count(a.reps, plan.reps, "--reps")
     plan.steps = _count(a.steps, plan.steps, "--steps")
@@ -213,7 +230,7 @@ class Perf:
     def __init__(self, plan: Plan, runs: Path) -> None:
         self.plan, self.runs = plan, runs
         self.results: dict = {"plan": plan.__dict__, "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                              "throughput": [], "failures": [], "scaling": [], "memory": []}
+                              "throughput": [], "scale": [], "failures": [], "scaling": [], "memory": []}
 
     def save(self) -> None:
         write_text_atomic(self.runs / "perf.json", json.dumps(self.results, indent=1) + "\n")
@@ -235,28 +252,31 @@ class Perf:
             print(f"[perf] {name}: {summary.get('exit_reason')}", file=sys.stderr, flush=True)
         return summary
 
-    def reference(self, rep: int) -> dict:
+    def reference(self, name: str, seed: int, steps: int, workers: int, benchmark: str,
+                  model_params: int | None = None) -> dict:
         """The plain Horovod trainer under the same mpirun placement as psbench's ranks."""
         p = self.plan
-        folder = self.runs / f"reference-r{rep}"
+        folder = self.runs / name
         folder.mkdir(parents=True, exist_ok=True)
         out = folder / "result.json"
-        cmd = [find_mpirun() or "mpirun", "-np", str(p.workers), "--oversubscribe", "--bind-to", "none",
+        cmd = [find_mpirun() or "mpirun", "-np", str(workers), "--oversubscribe", "--bind-to", "none",
                "-x", "PYTHONUNBUFFERED=1", "-x", "PATH", "-x", "PYTHONPATH", sys.executable, "-m",
-               "benchmarks.horovod_reference", "--benchmark", p.benchmark, "--steps", str(p.steps), "--seed", str(rep),
+               "benchmarks.horovod_reference", "--benchmark", benchmark, "--steps", str(steps), "--seed", str(seed),
                "--out", str(out)]
+        if model_params:
+            cmd += ["--model-params", str(model_params)]
         if p.optimizer:
             cmd += ["--optimizer", p.optimizer]
-        if p.data_dir:
+        if p.data_dir and registry.get(benchmark).needs_data:
             cmd += ["--data-dir", p.data_dir]
         (folder / "command.txt").write_text(" ".join(cmd) + "\n")
-        print(f"[perf] reference-r{rep} ...", file=sys.stderr, flush=True)
+        print(f"[perf] {name} ...", file=sys.stderr, flush=True)
         purge_stale_sessions()
         with open(folder / "mpirun.log", "wb") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     env=mpirun_env(), start_new_session=True)
             try:
-                proc.wait(timeout=max(300, p.steps * 0.5))
+                proc.wait(timeout=max(300, steps * 0.5))
             except subprocess.TimeoutExpired:
                 pass
             finally:
@@ -265,6 +285,28 @@ class Perf:
             raise RuntimeError(f"the Horovod reference trainer failed (exit {proc.returncode}); see {folder}/mpirun.log")
         return json.loads(out.read_text())
 
+    def paired_run(self, label: str, fields: dict | None, rep: int, steps: int, name: str, **workload) -> dict:
+        """One throughput run of ``label`` (``fields`` None: the Horovod reference) at the plan's workload
+        or ``workload`` (benchmark, model_params, workers): samples/s, CPU, the PS's and the leader's timing."""
+        p = self.plan
+        if fields is None:
+            ref = self.reference(name, rep, steps, workload.get("workers", p.workers),
+                                 workload.get("benchmark", p.benchmark), workload.get("model_params"))
+            return {"variant": "reference", "rep": rep, "samples_per_s": ref["samples_per_s"],
+                    "leader": {"compute_s": ref.get("compute_s"), "allreduce_s": ref.get("sync_step_s")},
+                    "usage": {f"worker{i}": u for i, u in enumerate(ref["usage"])}}
+        cfg = self.base(steps=steps, seed=rep, **workload, **fields)
+        if not registry.get(cfg.benchmark).needs_data:
+            cfg.data_dir = None
+        s = self.run(cfg, name)
+        steps_ev = [e for e in _events(Path(cfg.run_dir), ("step",)) if e["who"] == "worker0"]
+        split = {k: float(np.median([e[k] for e in steps_ev if k in e])) if steps_ev else None
+                 for k in ("compute_s", "allreduce_s", "exchange_s")}
+        gaps = np.diff([e["t"] for e in steps_ev])
+        split["step_s"] = float(np.median(gaps)) if len(gaps) else None
+        return {"variant": label, "rep": rep, "samples_per_s": s.get("samples_per_s"), "completed": s.get("completed"),
+                "usage": s.get("usage"), "ps_timing": s.get("ps_timing"), "leader": split}
+
     # ---- sections
     def throughput(self) -> None:
         p = self.plan
@@ -272,29 +314,26 @@ class Perf:
         for rep in range(p.reps):
             # each repetition starts one variant later: no variant always runs right after another
             # (seen: the run right after the reference was 5-10% slower, whichever it was)
-            shift = rep % len(variants)
-            for label, fields in variants[shift:] + variants[:shift]:
+            for label, fields in _rotated(variants, rep):
                 time.sleep(PAUSE_S)  # the previous job's processes are gone, the machine settles
-                if fields is None:
-                    ref = self.reference(rep)
-                    self.results["throughput"].append({"variant": "reference", "rep": rep,
-                                                       "samples_per_s": ref["samples_per_s"],
-                                                       "leader": {"compute_s": ref.get("compute_s"),
-                                                                  "allreduce_s": ref.get("sync_step_s")},
-                                                       "usage": {f"worker{i}": u for i, u in enumerate(ref["usage"])}})
-                    self.save()
-                    continue
-                cfg = self.base(steps=p.steps, seed=rep, **fields)
-                s = self.run(cfg, f"{slug(label)}-r{rep}")
-                steps = [e for e in _events(Path(cfg.run_dir), ("step",)) if e["who"] == "worker0"]
-                split = {k: float(np.median([e[k] for e in steps if k in e])) if steps else None
-                         for k in ("compute_s", "allreduce_s", "exchange_s")}
-                gaps = np.diff([e["t"] for e in steps])
-                split["step_s"] = float(np.median(gaps)) if len(gaps) else None
-                self.results["throughput"].append({"variant": label, "rep": rep, "samples_per_s": s.get("samples_per_s"),
-                                                   "completed": s.get("completed"), "usage": s.get("usage"),
-                                                   "ps_timing": s.get("ps_timing"), "leader": split})
+                self.results["throughput"].append(self.paired_run(label, fields, rep, p.steps, f"{slug(label)}-r{rep}"))
                 self.save()
+
+    def scale(self) -> None:
+        """The throughput comparison at more workers and bigger models, paired within each repetition."""
+        p = self.plan
+        variants = [("reference", None)] + [(label, f) for label, f in THROUGHPUT if label in p.scale_variants]
+        for point, workload in p.scale_points:
+            steps = scale_steps(p.steps, workload.get("model_params"), workload.get("workers", p.workers), p.workers)
+            # a 100M model's exchange takes seconds on 2 busy cores: the safety net is the scaling runs' one
+            slow = {"peer_timeout_s": 300.0} if (workload.get("model_params") or 0) >= 10_000_000 else {}
+            for rep in range(p.reps):
+                for label, fields in _rotated(variants, rep):
+                    time.sleep(PAUSE_S)
+                    run = self.paired_run(label, None if fields is None else {**fields, **slow}, rep, steps,
+                                          f"scale-{slug(point)}-{slug(label)}-r{rep}", **workload)
+                    self.results["scale"].append({"point": point, "steps": steps, **workload, **run})
+                    self.save()
 
     def failures(self) -> None:
         p = self.plan
@@ -366,6 +405,19 @@ class Perf:
 
 def slug(label: str) -> str:
     return label.lower().replace("=", "").replace(",", "").replace(" ", "-")
+
+
+def _rotated(variants: list, rep: int) -> list:
+    shift = rep % len(variants)
+    return variants[shift:] + variants[:shift]
+
+
+def scale_steps(steps: int, model_params: int | None, workers: int, base_workers: int) -> int:
+    """A scale point's updates: a bigger model takes about SCALE_UPDATE_BYTES of gradients (a 100M
+    model's step takes seconds here), more workers proportionally fewer steps than ``--steps``."""
+    if model_params:
+        return int(min(steps, max(MIN_SCALE_STEPS, SCALE_UPDATE_BYTES / (4 * model_params))))
+    return max(MIN_SCALE_STEPS, steps * base_workers // max(workers, 1))
 
 
 def _events(run_dir: Path, kinds: tuple) -> list[dict]:
