@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -26,16 +27,38 @@ def psbench(*args: str, timeout: float = 600, env: dict | None = None) -> subpro
                           env=full_env, stdin=subprocess.DEVNULL)
 
 
+# Open MPI 5.0.11's own crash (README, "How it works": a rank that dies of a signal psbench did not
+# send): every survivor of a repair died of SIGSEGV in ompi_comm_revoke_local inside
+# MPI_Comm_create_from_group (CI, test_stateless_replay_policies[mean], 1 run in about 340). psbench
+# recorded it as it should (summary "crashes"); a test of something else runs again once, with a
+# warning in the test report, and must pass then
+OPEN_MPI_CRASH = "ompi_comm_revoke_local"
+
+
 def run_ok(tmp_path: Path, *args: str, name: str = "run", expect_complete: bool = True, timeout: float = 600):
     out = tmp_path / name
     proc = psbench("run", "--quiet", "--out", str(out), *args, timeout=timeout)
     summary_path = out / "summary.json"
+    if expect_complete and _open_mpi_crashed(out):
+        crashed = out.with_name(f"{name}-open-mpi-crash")
+        out.rename(crashed)
+        warnings.warn(f"Open MPI crashed ({OPEN_MPI_CRASH}; {crashed}/mpirun.log): the run is repeated once")
+        proc = psbench("run", "--quiet", "--out", str(out), *args, timeout=timeout)
     assert summary_path.exists(), f"no summary.json\nstdout:{proc.stdout}\nstderr:{proc.stderr}\n" + mpirun_log(out)
     summary = json.loads(summary_path.read_text())
     if expect_complete:
         assert summary["completed"], f"run did not complete: {summary['exit_reason']}\n{proc.stderr}\n" + mpirun_log(out)
         assert proc.returncode == 0, proc.stderr
     return out, summary
+
+
+def _open_mpi_crashed(out: Path) -> bool:
+    try:
+        summary = json.loads((out / "summary.json").read_text())
+        log = (out / "mpirun.log").read_text(errors="replace")
+    except (OSError, ValueError):
+        return False
+    return not summary.get("completed") and bool(summary.get("crashes")) and OPEN_MPI_CRASH in log
 
 
 def mpirun_log(out: Path) -> str:
