@@ -27,6 +27,7 @@ worker computed on is lost, and runs stay bitwise equal to blocking ones.
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -143,6 +144,7 @@ class Worker:
         self.ready_buf = np.zeros(HEADER_LEN, dtype=np.int64)
         self.samples_per_step = ctx.batch_size * cfg.workers
         self.last_loss = float("nan")
+        self.ctrl_waits = deque(maxlen=100_000)  # per step: the compute's end to the control header (see run)
         write_pid_file(ctx, f"worker{self.index}")  # --kill-worker finds it here
 
     # ---- one step's pieces
@@ -214,9 +216,13 @@ class Worker:
             else:
                 computed = compute
                 compute_s = self._compute() if compute else 0.0
+            t_ctrl = time.perf_counter()
             if self.leader:
                 self._lead(computed, compute_s)
             self._sync_ctrl()
+            # the leader: its exchange and the header's send; the others: their wait for the header, which
+            # the leader's part explains except for the header's own latency (issue #18: its cost per step)
+            self.ctrl_waits.append(time.perf_counter() - t_ctrl)
             action = self.ctrl.action
             while action != ACT_NONE:  # again when the PS died during the reconnection
                 t_action = time.perf_counter()
@@ -249,7 +255,8 @@ class Worker:
                 break
         self._end_repairs(self.ctrl.version)
         log.emit(Ev.DONE, completed=self.ctrl.stop == DONE, version=self.ctrl.version,
-                 digest=digest(self.flat.weights), slowest_answer_s=round(self.slowest_answer_s, 4))
+                 digest=digest(self.flat.weights), slowest_answer_s=round(self.slowest_answer_s, 4),
+                 ctrl_wait_s=round(float(np.median(self.ctrl_waits)), 6) if self.ctrl_waits else None)
         self.allreducer.close()
 
     def _end_repairs(self, version: int) -> None:

@@ -67,6 +67,17 @@ def test_a_missed_target_says_by_how_much():
     assert "3.0 ms" in row["breakdown"]
 
 
+def test_the_control_headers_own_latency_is_the_workers_wait_less_the_leaders_part():
+    leader = {"compute_s": 0.020, "allreduce_s": 0.002, "exchange_s": 0.001, "step_s": 0.025,
+              "ctrl_s": 0.0012, "ctrl_wait_s": 0.0015}  # worker1 waits 1.5 ms, the leader's part is 1.2
+    results = {"plan": {"workers": 2}, "throughput": [
+        {"variant": "reference", "rep": 0, "samples_per_s": 3200.0, "leader": {"compute_s": 0.018, "allreduce_s": 0.001}},
+        {"variant": "none", "rep": 0, "samples_per_s": 2560.0, "completed": True, "leader": leader,
+         "ps_timing": {"recv_s": 0.001, "apply_s": 0.001, "send_s": 0.0001}}]}
+    text = "\n".join(_misses_section(results, targets(results)))
+    assert "the header's own latency: 0.30 ms" in text
+
+
 def test_a_miss_within_the_noise_is_not_blamed_on_replication():
     runs = []
     for rep, ratio in enumerate((0.95, 0.96, 1.02)):  # median 0.96 < 0.98; the range reaches it

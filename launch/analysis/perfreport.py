@@ -189,6 +189,10 @@ def step_split(results: dict) -> dict[str, dict]:
             compute, exchange = med("compute_s") - sync, med("exchange_s")
             out[variant] = {"step": step, "compute": compute, "sync": sync, "exchange": exchange,
                             "rest": max(0.0, step - compute - sync - exchange)}
+            if all(r.get("ctrl_wait_s") is not None and r.get("ctrl_s") is not None for r in runs):
+                # a worker's wait for the control header after its allreduce, less the leader's exchange
+                # and send in that time: the header's own latency on the step's critical path
+                out[variant]["header"] = max(0.0, med("ctrl_wait_s") - med("ctrl_s"))
     return out
 
 
@@ -339,7 +343,9 @@ def _misses_section(results: dict, rows: list[dict]) -> list[str]:
         out += [f"- **PS overhead**: a median `none` step takes {n['step']:.1f} ms against Horovod's {r['step']:.1f} ms. "
                 f"{n['exchange']:.1f} ms of it is the exchange with the PS (the gradient's 4 bytes a weight to another "
                 f"process, the SGD step there, the answer), {n['rest']:.1f} ms the control header to the other workers "
-                "and the local application of the update, and forward+backward itself is "
+                "and the local application of the update"
+                + (f" (the header's own latency: {n['header']:.2f} ms, a worker's wait for it less the leader's "
+                   "exchange and send)" if "header" in n else "") + ", and forward+backward itself is "
                 f"{n['compute'] - r['compute']:+.1f} ms slower than in the reference: with the PS there are 3 processes "
                 "for 2 cores, and every PS wake-up (it polls each millisecond while it waits) preempts a worker. With "
                 "the pipelined exchange (the default for plain SGD) the exchange is only the wait for the previous "

@@ -304,6 +304,8 @@ class Perf:
                  for k in ("compute_s", "allreduce_s", "exchange_s")}
         gaps = np.diff([e["t"] for e in steps_ev])
         split["step_s"] = float(np.median(gaps)) if len(gaps) else None
+        done = {e["who"]: e.get("ctrl_wait_s") for e in _events(Path(cfg.run_dir), ("done",))}
+        split["ctrl_s"], split["ctrl_wait_s"] = done.get("worker0"), done.get("worker1")  # the header's cost
         return {"variant": label, "rep": rep, "samples_per_s": s.get("samples_per_s"), "completed": s.get("completed"),
                 "usage": s.get("usage"), "ps_timing": s.get("ps_timing"), "leader": split}
 
