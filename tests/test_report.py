@@ -251,9 +251,13 @@ def test_outage_section_finds_where_stateless_overtakes_checkpoint(tmp_path):
         write_run(root / f"none-s{seed}", "none", seed, 0.82)
         for delay in (0, 10, 40):
             for mode, acc in (("checkpoint", 0.80 - delay / 200), ("stateless", 0.77 + delay / 1000)):
+                # the target (0.70) at 10.5 s + seed for stateless, later the longer checkpoint's PS is down
+                reached = 10.0 + seed + (0.5 if mode == "stateless" else delay / 10)
                 run = write_run(root / f"{mode}-d{delay}-s{seed}", mode, seed, acc + 0.002 * seed, kills=1,
                                 summary={"setbacks": [{"fault": 0, "t_s": 10.0, "dip": 0.1 if mode == "stateless" else 0.0,
                                                        "outage_s": 2.0 + delay}],
+                                         "metric_timeline": [[0.0, 0, 0.1], [5.0, 100, 0.5], [reached, 200, 0.72],
+                                                             [20.0, 400, acc + 0.002 * seed]],
                                          "recoveries": [{"mode": mode, "recovery_s": 2.0 + delay, "lost_steps": 0,
                                                          "idle_s": 1.0, "buffered_updates": 0}]})
                 cfg = json.loads((run / "config.json").read_text())
@@ -264,6 +268,10 @@ def test_outage_section_finds_where_stateless_overtakes_checkpoint(tmp_path):
     text = (tmp_path / "r" / "report.md").read_text()
     section = text.split("## Outage length")[1].split("\n## ")[0]
     assert "**stateless** ends above checkpoint from a restart delay of 10 s on" in section, section
+    # 0.5 s behind at delay 0, 0.5 s ahead at 10 (not significant over 3 seeds), 3.5 s ahead at 40 (significant)
+    assert ("**stateless** reaches the target before checkpoint from a restart delay of 10 s on (outage 12.0 s "
+            "against checkpoint's 12.0 s; 0.5 s sooner there; no (p = ") in section, section
+    assert "significant at 1 of the 2 delays from there" in section.split("reaches the target")[1], section
     assert (tmp_path / "r" / "outage-metric_lost.png").exists() and (tmp_path / "r" / "outage-worst_dip.png").exists()
     # the findings compare the modes at each delay, not every configuration alone
     assert "restart-delay10" in text.split("## Findings")[1].split("## Results")[0]
