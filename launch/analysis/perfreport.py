@@ -55,6 +55,12 @@ def _pct(xs, q: float) -> float | None:
     return float(np.percentile(xs, q)) if xs else None
 
 
+def _med_ms(xs) -> str:
+    """The median of seconds, in milliseconds."""
+    m = _med(xs)
+    return "n/a" if m is None else f"{m * 1000:.2f}"
+
+
 def _spread(xs, fmt: str = "{:.3f}") -> str:
     xs = [x for x in xs if x is not None]
     if not xs:
@@ -403,8 +409,8 @@ def _throughput_section(results: dict, plots: list[str]) -> list[str]:
             "ratio": ("none / this: " if variant == "reference" else "") + (_spread(ratios.get(variant, []))
                                                                             if variant != "none" else "1"),
             "PS recv / apply / after / send (ms)": " / ".join(
-                "n/a" if _med([t.get(k) for t in timing]) is None else f"{_med([t.get(k) for t in timing]) * 1000:.2f}"
-                for k in ("recv_s", "apply_s", "after_s", "send_s")) if variant != "reference" else "-",
+                _med_ms([t.get(k) for t in timing]) for k in ("recv_s", "apply_s", "after_s", "send_s"))
+            if variant != "reference" else "-",
             "completed": f"{sum(1 for r in runs if r.get('completed', True))}/{len(runs)}"})
     out = ["## Throughput without failures", "", _table(rows), "",
            "`after` is what the PS does after the SGD step and before it answers: the chain replication "
@@ -435,9 +441,8 @@ def _scale_section(results: dict) -> list[str]:
                "none / Horovod": _spread(ratios.get("reference", []))}
         for v in variants:
             row[f"{v} / none"] = _spread(ratios.get(v, []))
-        row["none's PS recv / apply / send (ms)"] = " / ".join(
-            _fmt(None if _med([t.get(k) for t in none_t]) is None else _med([t.get(k) for t in none_t]) * 1e3, 2)
-            for k in ("recv_s", "apply_s", "send_s"))
+        row["none's PS recv / apply / send (ms)"] = " / ".join(_med_ms([t.get(k) for t in none_t])
+                                                               for k in ("recv_s", "apply_s", "send_s"))
         rows.append(row)
     return ["## Throughput at scale", "",
             "The throughput comparison at more workers and bigger models (the `synthetic` MLP on random data): "
