@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from launch.analysis.perfreport import _misses_section, _scale_section, floor_seconds, targets, throughput_ratios
+from launch.analysis.perfreport import (_memory_section, _misses_section, _scale_section, floor_seconds, targets,
+                                       throughput_ratios)
 
 PSBENCH = [sys.executable, "-m", "launch.cli"]
 
@@ -46,6 +47,15 @@ def test_scale_points_are_paired_within_their_point_and_reported_beside_the_base
     # none / Horovod: 0.5 and 1.0 (median 0.75); chain / none: 0.5 and 0.8 (median 0.65); not 200/300 unpaired
     assert "0.750 (0.500-1.000)" in big and "0.650 (0.500-0.800)" in big and "| 30 " in big
     assert "80.00 / 50.00 / 0.10" in big
+
+
+def test_hybrids_backup_is_its_leaders_rss_over_nones_against_its_bound():
+    def run(variant, rss):
+        return {"variant": variant, "rep": 0, "samples_per_s": 1.0, "usage": {"worker0": {"maxrss_mb": rss}},
+                "ps_timing": {"numel": 1 << 20}}
+    results = {"plan": {}, "throughput": [run("none", 600.0), run("hybrid K=100 R=1", 900.0)]}
+    text = "\n".join(_memory_section(results))
+    assert "**hybrid K=100 R=1**" in text and "adds +300 MiB" in text and "264 vectors of 4.0 MiB, is 1056 MiB" in text
 
 
 def test_floor_counts_bytes_moved_per_phase():

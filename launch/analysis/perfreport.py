@@ -538,10 +538,31 @@ def _memory_section(results: dict) -> list[str]:
                     "completed": r.get("completed")})
     bound = results.get("plan", {}).get("max_buffered")
     return ["## Memory", "", "Peak RSS per process (median over the repetitions):", "", _table(rows), "",
+            *_backup_lines(results),
             f"Stateless buffer by replay policy: one PS kill, the replacement spawned after a delay, so the "
             f"leader (worker0) buffers for several seconds. `paper` and `mean` add every gradient into one "
             f"model-sized vector; `sequential` and `staleness` keep each one, at most `--max-buffered {bound}`, "
             "and count the rest as dropped.", "", _table(mem), ""]
+
+
+def _backup_lines(results: dict) -> list[str]:
+    """What hybrid's upstream backup costs its leader: worker0's peak RSS over none's, against the bound
+    of the gradients it keeps (at most 2K + 64 model-sized vectors, psmodes/modes/hybrid.py)."""
+    groups = _group(results.get("throughput", []))
+    rss = lambda runs: _med([(r.get("usage") or {}).get("worker0", {}).get("maxrss_mb") for r in runs])  # noqa: E731
+    numel = _med([(r.get("ps_timing") or {}).get("numel") for r in groups.get("none", [])])
+    base = rss(groups.get("none", []))
+    out = []
+    for variant, runs in groups.items():
+        mine = rss(runs)
+        if not variant.startswith("hybrid") or mine is None or base is None or "K=" not in variant:
+            continue
+        k = int(variant.split("K=")[1].split()[0])
+        bound = f"; its bound, {2 * k + 64} vectors of {numel * 4 / MiB:.1f} MiB, is {(2 * k + 64) * numel * 4 / MiB:.0f} MiB" \
+            if numel else ""
+        out += [f"- **{variant}**: the leader's upstream backup (the gradients sent since the tail's last "
+                f"acknowledged version) adds {mine - base:+.0f} MiB to worker0's peak RSS over `none`'s{bound}.", ""]
+    return out
 
 
 def _cpu_section(results: dict) -> list[str]:
