@@ -1,6 +1,6 @@
 """``psbench perf``: what fault tolerance costs, measured side by side in one session.
 
-    psbench perf                       # the full set (about 45 min on 2 cores), reports/perf/report.md
+    psbench perf                       # the full set (about an hour on 2 cores), reports/perf/report.md
     psbench perf --quick --out DIR     # a small version of every section (a few minutes; the tests)
     psbench perf --from RUNS_DIR       # re-render the report from a finished (or cut) measurement
 
