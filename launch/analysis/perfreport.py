@@ -16,6 +16,7 @@ import numpy as np
 from benchmarks.registry import get as get_workload
 from psmodes.atomic import write_text_atomic
 from psmodes.config import RunConfig
+from psmodes.modes.hybrid import EXTRA_KEPT
 
 from .lazy import frame, pyplot
 
@@ -432,7 +433,8 @@ def _scale_section(results: dict) -> list[str]:
         return []
     plan = results.get("plan", {})
     base = f"{plan.get('benchmark') or 'fmnist-cnn'}, {plan.get('workers', 2)} workers (above)"
-    variants = [v for v in ("chain K=1 R=1",) if any(r["variant"] == v for rs in points.values() for r in rs)]
+    variants = list(dict.fromkeys(r["variant"] for rs in points.values() for r in rs
+                                  if r["variant"] not in ("reference", "none")))  # as measured, in order
     rows = []
     for point, runs in [(base, results.get("throughput", []))] + list(points.items()):
         ratios = paired_ratios(runs)
@@ -547,7 +549,7 @@ def _memory_section(results: dict) -> list[str]:
 
 def _backup_lines(results: dict) -> list[str]:
     """What hybrid's upstream backup costs its leader: worker0's peak RSS over none's, against the bound
-    of the gradients it keeps (at most 2K + 64 model-sized vectors, psmodes/modes/hybrid.py)."""
+    of the gradients it keeps (at most 2K + EXTRA_KEPT model-sized vectors, psmodes/modes/hybrid.py)."""
     groups = _group(results.get("throughput", []))
     rss = lambda runs: _med([(r.get("usage") or {}).get("worker0", {}).get("maxrss_mb") for r in runs])  # noqa: E731
     numel = _med([(r.get("ps_timing") or {}).get("numel") for r in groups.get("none", [])])
@@ -557,9 +559,9 @@ def _backup_lines(results: dict) -> list[str]:
         mine = rss(runs)
         if not variant.startswith("hybrid") or mine is None or base is None or "K=" not in variant:
             continue
-        k = int(variant.split("K=")[1].split()[0])
-        bound = f"; its bound, {2 * k + 64} vectors of {numel * 4 / MiB:.1f} MiB, is {(2 * k + 64) * numel * 4 / MiB:.0f} MiB" \
-            if numel else ""
+        kept = 2 * int(variant.split("K=")[1].split()[0]) + EXTRA_KEPT
+        mib = numel * 4 / MiB if numel else None
+        bound = f"; its bound, {kept} vectors of {mib:.1f} MiB, is {kept * mib:.0f} MiB" if mib else ""
         out += [f"- **{variant}**: the leader's upstream backup (the gradients sent since the tail's last "
                 f"acknowledged version) adds {mine - base:+.0f} MiB to worker0's peak RSS over `none`'s{bound}.", ""]
     return out

@@ -299,12 +299,13 @@ class Perf:
         if not registry.get(cfg.benchmark).needs_data:
             cfg.data_dir = None
         s = self.run(cfg, name)
-        steps_ev = [e for e in _events(Path(cfg.run_dir), ("step",)) if e["who"] == "worker0"]
+        evs = _events(Path(cfg.run_dir), ("step", "done"))
+        steps_ev = [e for e in evs if e["ev"] == "step" and e["who"] == "worker0"]
         split = {k: float(np.median([e[k] for e in steps_ev if k in e])) if steps_ev else None
                  for k in ("compute_s", "allreduce_s", "exchange_s")}
         gaps = np.diff([e["t"] for e in steps_ev])
         split["step_s"] = float(np.median(gaps)) if len(gaps) else None
-        done = {e["who"]: e.get("ctrl_wait_s") for e in _events(Path(cfg.run_dir), ("done",))}
+        done = {e["who"]: e.get("ctrl_wait_s") for e in evs if e["ev"] == "done"}
         split["ctrl_s"], split["ctrl_wait_s"] = done.get("worker0"), done.get("worker1")  # the header's cost
         return {"variant": label, "rep": rep, "samples_per_s": s.get("samples_per_s"), "completed": s.get("completed"),
                 "usage": s.get("usage"), "ps_timing": s.get("ps_timing"), "leader": split}
