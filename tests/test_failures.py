@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -209,6 +210,21 @@ def test_disk_full_checkpoint_keeps_the_previous_one(tiny_fs):
     writer.close(5)
     assert failed == [30] and written == [31]
     assert ckpt.newest(folder, 100_000)[0]["version"] == 10
+
+
+def test_a_stuck_checkpoint_write_ends_the_wait_for_it(tmp_path):
+    """A write that never ends (a stuck disk; here a hook that blocks) fails the next submit
+    after its deadline, with one line, instead of hanging the PS for good."""
+    from psmodes import checkpoint as ckpt
+
+    release = threading.Event()
+    writer = ckpt.BackgroundWriter(tmp_path, lambda v, p, s: None, hook=lambda v: release.wait(10))
+    writer.submit(ckpt.make_state(torch.zeros(1000), None, 1, 0))
+    with pytest.raises(ckpt.CheckpointStalled, match="did not end in 0 s"):
+        writer.submit(ckpt.make_state(torch.zeros(1000), None, 2, 0), timeout=0.3)
+    release.set()
+    writer.close(5)
+    assert ckpt.newest(tmp_path, 1000)[0]["version"] == 1
 
 
 def test_disk_full_report_and_summary_keep_the_previous_ones(tiny_fs):

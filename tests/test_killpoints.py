@@ -165,7 +165,10 @@ def test_kill_point(tmp_path, mode, case, args, n_kills):
         check_spawn_retried(out)
     if case == "j-replacement_before_init":
         assert all("ps-gen1 died before joining" in f["error"] for f in events(out, "spawn_failed"))
-        assert s["recoveries"][-1]["recovery_s"] < 20, s["recoveries"]
+        # the survivors gave the spawn up at once, not after the outage timeout (a later unplanned
+        # failure may follow: seen, a 10 s fsync stall of the VM's disk held the new PS up and it was fenced)
+        planned = [r for r in s["recoveries"] if r["kind"] == "kill"]
+        assert planned and planned[-1]["recovery_s"] < 20, s["recoveries"]
     if case == "i-tail_in_forward":
         # every survivor of the world noticed the death within seconds (not its 60 s peer timeout)
         t_kill = events(out, "kill")[0]["t_kill"]

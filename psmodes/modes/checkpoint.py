@@ -101,13 +101,17 @@ class CheckpointRecovery(RecoveryMode):
         import time
 
         from .. import checkpoint as ckpt
+        from ..errors import RunFailed
         from ..events import Ev
 
         opt, cfg = server.opt, server.ctx.cfg
         t0 = time.perf_counter()
         state = ckpt.state_of(opt, cfg.seed)
         copy_s = time.perf_counter() - t0
-        waited = server.writer.submit(state)
+        try:
+            waited = server.writer.submit(state, server.ctx.peer_timeout)
+        except ckpt.CheckpointStalled as exc:
+            raise RunFailed(str(exc)) from None
         if wait:
             server.writer.wait_idle(server.ctx.peer_timeout)
         if log:
