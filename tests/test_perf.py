@@ -135,6 +135,9 @@ def test_quick_perf_measures_every_section(tmp_path):
         assert {"ps", "worker0", "worker1"} <= set(run["usage"]), variant
         assert run["ps_timing"]["updates"] == 60 and run["ps_timing"]["recv_s"] > 0, variant
     assert {"replica1"} <= set(by[("chain K=1 R=1", 0)]["usage"])
+    # the waiting ranks' share of a core is also taken without the start-up (the interpreter, torch, MPI)
+    ps = by[("none", 0)]["usage"]["ps"]
+    assert 0 < ps["run_wall_s"] < ps["wall_s"] and 0 < ps["run_cpu_s"] < ps["cpu_s"], ps
     for f in results["failures"]:
         assert f["completed"] and f["faults"] == 1 and len(f["detections"]) == 1 and f["unplanned"] == 0, f
         assert f["kills"] == (1 if f["kind"] == "kill" else 0), f

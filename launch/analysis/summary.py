@@ -22,7 +22,8 @@ largest lost_steps, the mean idle_s, the sum of buffered updates), ``setbacks`` 
 metric ``before`` it, the ``worst`` after it and its ``dip``, ``regained_s``, ``lost_samples``,
 ``outage_s``, ``cause``; launch/analysis/setbacks.py), plus a few
 extras: ``usage`` (per process: CPU seconds, wall seconds, their ratio
-``cpu_frac``, peak RSS in MiB), ``ps_timing`` (the PS's median seconds per
+``cpu_frac``, peak RSS in MiB; ``run_cpu_frac`` and its seconds from the process's start event on,
+without its start-up), ``ps_timing`` (the PS's median seconds per
 update: receive, apply, after (replicate/checkpoint), send), ``recovery``, ``failures`` (``who``, ``reason``: a rank gave up),
 ``crashes`` (``who``, ``reason``: a rank died of a signal psbench did not send,
 found in mpirun.log, launch/driver/crashes.py), ``restarts`` (``--recovery job-restart``: the launcher's
@@ -262,6 +263,10 @@ def usage(ends: list[dict], waits: list[dict]) -> dict:
     on its own (``wait_s``, ``wait_cpu_frac``), which a spare that spun would show near 1.0."""
     out = {e["who"]: {"cpu_s": e["cpu_s"], "wall_s": e["wall_s"], "maxrss_mb": e["maxrss_mb"],
                       "cpu_frac": round(e["cpu_s"] / e["wall_s"], 3) if e["wall_s"] else None} for e in ends}
+    for e in ends:  # from the process's start event on, without its start-up (newer runs)
+        if e.get("run_wall_s"):
+            out[e["who"]].update(run_cpu_s=e["run_cpu_s"], run_wall_s=e["run_wall_s"],
+                                 run_cpu_frac=round(e["run_cpu_s"] / e["run_wall_s"], 3))
     for w in waits:
         if w["who"] in out:
             out[w["who"]].update(wait_s=w["wait_s"],
