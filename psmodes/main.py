@@ -24,7 +24,8 @@ from .heap import keep_freed_memory  # light (ctypes)
 T_START = time.time()
 # CPU and wall time when the role's start event was written: a rank's share of a core while it
 # works or waits, apart from the interpreter's, torch's and MPI's start-up (about 3 s of CPU in
-# 4 s, which made a PS that waits most of its 20 s run look like a quarter of a core)
+# 4 s, which made a PS that waits most of its 20 s run look like a quarter of a core); a spare that
+# takes a role writes a second start event, and its wait stays in
 _STARTED: dict[str, float] = {}
 
 

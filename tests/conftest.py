@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import warnings
@@ -34,13 +35,10 @@ def pytest_configure(config):
 
 
 def _is_tmpfs_with(folder: Path, free: int) -> bool:
-    try:
-        mounts = Path("/proc/mounts").read_text().split("\n")
-        st = os.statvfs(folder)
-    except OSError:
-        return False
-    tmpfs = any(line.split()[1:3] == [str(folder), "tmpfs"] for line in mounts if line.strip())
-    return tmpfs and os.access(folder, os.W_OK) and st.f_bavail * st.f_frsize >= free
+    import psutil
+
+    tmpfs = any(p.mountpoint == str(folder) and p.fstype == "tmpfs" for p in psutil.disk_partitions(all=True))
+    return tmpfs and os.access(folder, os.W_OK) and shutil.disk_usage(folder).free >= free
 
 
 def psbench(*args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -239,16 +239,15 @@ def targets(results: dict) -> list[dict]:
         rows.append(_verdict("no spinning: highest CPU / wall of a waiting spare", f"< {SPARE_SPIN_LIMIT}",
                              max(spare_cpu), SPARE_SPIN_LIMIT, higher=False,
                              why="while it waited for a role, over every failure run with spares"))
-    waiting = [(r["variant"], who, _working_share(u)) for r in results.get("throughput", [])
+    waiting = [(r["variant"], who, u) for r in results.get("throughput", [])
                for who, u in (r.get("usage") or {}).items()
                if (who.startswith("ps") or who.startswith("replica")) and u.get("wall_s")]
     if waiting:
-        variant, who, frac = max(waiting, key=lambda w: w[2])
-        since = any("run_wall_s" in (r.get("usage") or {}).get(who, {}) for r in results.get("throughput", []))
+        variant, who, u = max(waiting, key=lambda w: _working_share(w[2]))
+        since = ", from its start event on (no start-up)" if "run_wall_s" in u else ""
         rows.append(_verdict("no spinning: highest CPU / wall of a waiting rank (PS, replica)", f"<= {SPIN_LIMIT}",
-                             frac, SPIN_LIMIT, higher=False,
-                             why=f"{who} in {variant}{', from its start event on (no start-up)' if since else ''}; "
-                                 "a rank spinning while it waits would be near 1.0"))
+                             _working_share(u), SPIN_LIMIT, higher=False,
+                             why=f"{who} in {variant}{since}; a rank spinning while it waits would be near 1.0"))
     sc = scaling_rows(results)
     if sc:
         big = max(sc, key=lambda r: r["params"])
@@ -581,7 +580,7 @@ def _cpu_section(results: dict) -> list[str]:
                          "wall s": _fmt(_med([u.get("wall_s") for u in us]), 1),
                          "CPU / wall": _fmt(_med([u.get("cpu_s") / u["wall_s"] if u.get("wall_s") else None
                                                   for u in us]), 2),
-                         "without start-up": _fmt(_med([_working_share(u) if u.get("run_wall_s") else None
+                         "without start-up": _fmt(_med([_working_share(u) if "run_wall_s" in u else None
                                                         for u in us]), 2)})
     return ["## CPU time per rank", "",
             f"{results.get('machine', {}).get('cores', '?')} cores. CPU seconds (all threads) against the "
@@ -594,10 +593,9 @@ def _cpu_section(results: dict) -> list[str]:
 
 
 def _working_share(u: dict) -> float:
-    """A process's CPU / wall from its start event on where the run recorded it, else over its life."""
-    if u.get("run_wall_s"):
-        return u["run_cpu_s"] / u["run_wall_s"]
-    return u["cpu_s"] / u["wall_s"]
+    """A process's CPU / wall from its start event on where the run recorded it (launch/analysis/summary.py,
+    ``usage``), else over its life; from the seconds, not the rounded ``run_cpu_frac``."""
+    return u["run_cpu_s"] / u["run_wall_s"] if "run_wall_s" in u else u["cpu_s"] / u["wall_s"]
 
 
 def _group(runs: list[dict]) -> dict[str, list[dict]]:
