@@ -31,13 +31,19 @@ class Replica:
         flat = build_flat(ctx)
         self.numel = flat.numel
         self.opt = make_optimizer(flat.weights, ctx, flat.n_train)
+        # the newest state and the one before it, as they came, and the buffer the next one comes
+        # into: a new state rotates the three instead of being copied into the optimizer and the
+        # previous weights on every update (two model-sized copies a strict update, on the cores the
+        # workers need); the optimizer takes the newest once, on promotion
         self.incoming = torch.zeros(self.opt.state_numel)
-        self.prev: tuple[int, torch.Tensor] | None = None
+        self.newest: tuple[int, torch.Tensor] | None = None
+        self.older: tuple[int, torch.Tensor] | None = None
         self.version = -1
         self.t0_ms = 0
         # strict chain (K=1): every update waits for the tail, so the replicas wait as a PS does; with
         # K > 1 the head posts the state and goes on, and a replica may take it up to IDLE_POLL late
         self.poll = tp.DEFAULT_POLL if ctx.cfg.replicate_every == 1 else tp.IDLE_POLL
+        self.pacer = tp.Pacer()
         self.pid_label = ctx.cluster.me.label
         write_pid_file(ctx, self.pid_label)
 
@@ -79,7 +85,9 @@ class Replica:
     def _run_as_head(self, replicate_first: bool) -> None:
         ctx = self.ctx
         ctx.log.emit(Ev.PROMOTED, version=self.version, role="ps")
-        server = make_server(ctx, opt=self.opt, prev=self.prev, t0_ms=self.t0_ms, fresh=False)
+        self.opt.unpack(self.newest[1], self.version)
+        prev = None if self.older is None else (self.older[0], self.older[1][:self.opt.weights.numel()])
+        server = make_server(ctx, opt=self.opt, prev=prev, t0_ms=self.t0_ms, fresh=False)
         if replicate_first:  # the replicas just spawned start empty: the mode's after-respawn sends them the state
             send_state = server.mode.ps_after_respawn(server)
             ctx.resilient(send_state, via="ps", after_respawn=send_state)
@@ -91,7 +99,8 @@ class Replica:
         while True:
             c = ctx.cluster
             msg, pred = tp.recv(c.world, MPI.ANY_SOURCE, tp.TAG_CHAIN, ctx.outage_timeout, "replica waits for state",
-                             State, Stop, on_idle=ctx.idle, poll=self.poll)
+                                State, Stop, on_idle=ctx.idle, poll=self.poll, quiet_until=self.pacer.begin())
+            self.pacer.arrived()
             succ = c.successor()
             if isinstance(msg, Stop):
                 if succ is not None:
@@ -112,13 +121,8 @@ class Replica:
                 reqs = tp.isend(c.world, Ack(version), None, c.ps, tp.TAG_ACK)
             else:
                 reqs = []
-            if self.version >= 0:
-                if self.prev is None:
-                    self.prev = (self.version, self.opt.weights.clone())
-                else:  # reuse the buffer: no allocation per update
-                    self.prev[1].copy_(self.opt.weights)
-                    self.prev = (self.version, self.prev[1])
-            self.opt.unpack(self.incoming, version)
+            spare = self.older[1] if self.older is not None else torch.empty_like(self.incoming)
+            self.older, self.newest, self.incoming = self.newest, (version, self.incoming), spare
             self.version, self.t0_ms = version, msg.t0_ms
             tp.wait(reqs, ctx.peer_timeout, "replica forwards" if succ is not None else "tail acknowledges",
                     on_idle=ctx.idle, watch=ctx.death_watch())

@@ -92,6 +92,7 @@ class ParameterServer:
         self._eval_buf = np.zeros(self.numel, dtype=np.float32)
         self._next_eval = 0.0
         self.timing = UpdateTiming()
+        self.pacer = tp.Pacer()  # the leader's next message comes about a step after the answer
         # sync plain SGD: after each gradient the workers can apply it themselves (the same arithmetic
         # on the same bytes), so the PS answers with the version only, not 4 bytes a weight; with
         # momentum or AdamW the workers would also need the PS's buffers, so the weights travel
@@ -121,7 +122,8 @@ class ParameterServer:
             tp.send(world, Ready(), None, c.leader, tp.TAG_FROM_PS, ctx.peer_timeout, "PS ready")
         while not self.stopped:
             msg, _ = tp.recv(world, MPI.ANY_SOURCE, tp.TAG_TO_PS, ctx.outage_timeout, "PS waits for the leader",
-                             Hello, Grad, on_idle=self._idle)
+                             Hello, Grad, on_idle=self._idle, quiet_until=self.pacer.begin())
+            self.pacer.arrived()
             if isinstance(msg, Hello):
                 self._hello(msg)
                 continue

@@ -13,6 +13,7 @@ Failures surface as :class:`PeerFailed` (ULFM: ``MPI_ERR_PROC_FAILED``,
 from __future__ import annotations
 
 import time
+from collections import deque
 
 import numpy as np
 from mpi4py import MPI
@@ -64,7 +65,7 @@ def classify(exc: MPI.Exception, what: str) -> Exception:
 
 
 def wait(reqs, timeout: float, what: str, poll: float = DEFAULT_POLL, on_idle=None, status=None,
-         watch: MPI.Request | None = None, suspect=None) -> None:
+         watch: MPI.Request | None = None, suspect=None, quiet_until: float = 0.0) -> None:
     """Wait for one request or a list of them, or raise PeerFailed / PeerTimeout.
 
     Polls with a sleep that doubles from 20 us up to ``poll`` seconds: a long wait costs
@@ -76,11 +77,14 @@ def wait(reqs, timeout: float, what: str, poll: float = DEFAULT_POLL, on_idle=No
     ``watch``: a :class:`DeathWatch` request, tested between polls, so that a wait on one live
     peer (a send, a payload) fails as soon as any member of the communicator died;
     ``suspect``: a :class:`psmodes.suspicion.Suspicion`, checked between polls (a peer that
-    should answer in milliseconds and has not for ``--suspect-after`` is fenced)."""
+    should answer in milliseconds and has not for ``--suspect-after`` is fenced);
+    ``quiet_until``: a :func:`time.monotonic` time before which the wait polls only every
+    :data:`IDLE_POLL`, and after which every ``poll`` seconds (a message that comes at a steady
+    pace: :class:`Pacer`)."""
     if isinstance(reqs, MPI.Request):
         reqs = [reqs]
     deadline = time.monotonic() + timeout
-    sleep = 2e-5
+    sleep = poll if quiet_until else 2e-5
     pending = list(reqs)
     while True:
         try:
@@ -91,14 +95,51 @@ def wait(reqs, timeout: float, what: str, poll: float = DEFAULT_POLL, on_idle=No
             raise classify(exc, what) from None
         if not pending:
             return
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now > deadline:
             raise PeerTimeout(f"{what}: no answer in {timeout:.0f} s")
         if on_idle is not None:
             on_idle()
         if suspect is not None:
             suspect.check()
+        if now < quiet_until:
+            time.sleep(min(quiet_until - now, IDLE_POLL))
+            continue
         time.sleep(sleep)
         sleep = min(sleep * 2, poll)
+
+
+class Pacer:
+    """The quiet start of a wait for a message that comes at a steady pace: the leader's next
+    gradient at the PS, the head's next state at a strict-chain replica.
+
+    Such a wait polled from its first moment: with the sleep doubling up to 1 ms, about 20
+    wake-ups in an 18 ms step, each a Python loop, two ``MPI_Test`` calls and a context switch
+    that a worker pays for when ranks outnumber cores (a strict-chain replica's CPU doubled
+    against K=100 in the perf run of 2026-12-03, the workers' throughput fell with it). A
+    paced wait spends :data:`SHARE` of the shortest of the last :data:`WINDOW` waits polling
+    only every :data:`IDLE_POLL` (a death is still seen within 10 ms), then polls every
+    ``poll`` (by then the plain wait's sleep had doubled up to it too). A message that comes
+    sooner waits up to :data:`IDLE_POLL` longer, and the waits it ends are shorter, so the
+    quiet part shrinks to fit a faster pace within a few messages."""
+
+    SHARE = 0.75
+    WINDOW = 8
+
+    def __init__(self) -> None:
+        self._waits: deque[float] = deque(maxlen=self.WINDOW)
+        self._since: float | None = None
+
+    def begin(self) -> float:
+        """Call as the wait begins: the ``quiet_until`` for its waits (0: not paced yet)."""
+        self._since = time.monotonic()
+        return self._since + self.SHARE * min(self._waits) if len(self._waits) == self.WINDOW else 0.0
+
+    def arrived(self) -> None:
+        """Call when the message came: the wait's length counts for the next ones."""
+        if self._since is not None:
+            self._waits.append(time.monotonic() - self._since)
+            self._since = None
 
 
 def test(req: MPI.Request, what: str) -> bool:
@@ -131,8 +172,8 @@ def isend(comm: MPI.Comm, msg: Message, payload: np.ndarray | None, dest: int, t
 
 
 def recv_header(comm: MPI.Comm, source: int, tag: int, timeout: float, what: str,
-                on_idle=None, poll: float = DEFAULT_POLL, suspect=None) -> tuple[np.ndarray, int]:
-    """Receive one header; returns (header, source rank). ``poll``: see :func:`wait`.
+                on_idle=None, poll: float = DEFAULT_POLL, suspect=None, quiet_until: float = 0.0) -> tuple[np.ndarray, int]:
+    """Receive one header; returns (header, source rank). ``poll``, ``quiet_until``: see :func:`wait`.
 
     A header that an earlier, withdrawn receive had already taken comes first (:data:`KEPT`)."""
     kept = KEPT.take(comm, source, tag)
@@ -142,7 +183,7 @@ def recv_header(comm: MPI.Comm, source: int, tag: int, timeout: float, what: str
     status = MPI.Status()
     req = comm.Irecv(hdr, source, tag)
     try:
-        wait(req, timeout, what, poll=poll, on_idle=on_idle, status=status, suspect=suspect)
+        wait(req, timeout, what, poll=poll, on_idle=on_idle, status=status, suspect=suspect, quiet_until=quiet_until)
     except BaseException:
         KEPT.withdraw(req, comm, tag, hdr)
         raise
@@ -150,9 +191,10 @@ def recv_header(comm: MPI.Comm, source: int, tag: int, timeout: float, what: str
 
 
 def recv(comm: MPI.Comm, source: int, tag: int, timeout: float, what: str, *expected: type[Message],
-         on_idle=None, poll: float = DEFAULT_POLL, suspect=None) -> tuple[Message, int]:
+         on_idle=None, poll: float = DEFAULT_POLL, suspect=None, quiet_until: float = 0.0) -> tuple[Message, int]:
     """Receive one message (one of ``expected``, if given); returns (message, source rank)."""
-    hdr, src = recv_header(comm, source, tag, timeout, what, on_idle=on_idle, poll=poll, suspect=suspect)
+    hdr, src = recv_header(comm, source, tag, timeout, what, on_idle=on_idle, poll=poll, suspect=suspect,
+                           quiet_until=quiet_until)
     return parse(hdr, *expected), src
 
 

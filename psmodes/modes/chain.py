@@ -64,6 +64,7 @@ class ChainReplication(RecoveryMode):
 
         server.repl_sends = tp.PostedSends()
         server.repl_buf = torch.zeros(server.opt.state_numel)
+        server.ack_pacer = tp.Pacer()  # the chain's ACK comes a steady few milliseconds after the state
 
     def ps_after_update(self, server) -> None:
         k = server.ctx.cfg.replicate_every
@@ -117,17 +118,26 @@ def replicate(server, wait_ack: bool, ack: bool | None = None, fresh: bool = Fal
             watch=ctx.death_watch(), suspect=suspect)
     if suspect is not None:
         suspect.done()
-    opt.pack(server.repl_buf)
+    if wait_ack and opt.n_buffers == 0:
+        # the state is the weights alone (plain SGD) and nothing changes them before the ACK: sent as
+        # they are, without a model-sized copy on every strict update
+        payload = opt.weights
+    else:
+        opt.pack(server.repl_buf)
+        payload = server.repl_buf
     state = State(opt.version, wait_ack if ack is None else ack, server.t0_ms)
-    server.repl_sends.post(c.world, tp.isend(c.world, state, server.repl_buf.numpy(), c.replicas[0], tp.TAG_CHAIN))
+    server.repl_sends.post(c.world, tp.isend(c.world, state, payload.numpy(), c.replicas[0], tp.TAG_CHAIN))
     killpoints.reached("chain_forward", ctx, version=opt.version)
     if wait_ack:
         # with R > 1 a hang further down the chain is blamed on the successor too (a false suspicion)
         suspect = None if fresh else Suspicion(ctx, c.replicas[0], "the chain's acknowledgement", after)
+        quiet_until = 0.0 if fresh else server.ack_pacer.begin()
         tp.wait(server.repl_sends.on(c.world), ctx.peer_timeout, "replicate to the chain", on_idle=ctx.idle,
-                watch=ctx.death_watch(), suspect=suspect)
+                watch=ctx.death_watch(), suspect=suspect, quiet_until=quiet_until)
         ack, _ = tp.recv(c.world, MPI.ANY_SOURCE, tp.TAG_ACK, ctx.peer_timeout, "tail acknowledges", Ack,
-                         on_idle=ctx.idle, suspect=suspect)
+                         on_idle=ctx.idle, suspect=suspect, quiet_until=quiet_until)
+        if not fresh:
+            server.ack_pacer.arrived()
         if suspect is not None:
             suspect.done()
         if ack.version != opt.version:
