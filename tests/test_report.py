@@ -114,6 +114,9 @@ def test_report_renders_and_marks_broken_runs(fake_sweep, tmp_path):
     row = next(ln for ln in text.splitlines() if ln.startswith("| checkpoint-kills1 ") and "0.780" in ln)
     assert "0.780 ± 0.050" in row
     assert "0.820 ± 0.050" in text  # none
+    # samples/s 1000, 1010, 1020 in both: ± t(0.975,2)*10/sqrt(3) = 24.8 of 1010, 2.5 %
+    assert "Samples/s precision: the widest 95% interval is ±2.5% of its mean" in text
+    assert "2 of 2 configurations are within ±10%" in text
     # checkpoint overhead: 5 x (0.01 + 0.01) s over 20 s of training = 0.5 %
     assert "0.50 ± 0.00" in text or "| 0.50 " in text
     # the findings come from the numbers: sd 0.02 on both sides, means 0.04 apart over 3 seeds each:

@@ -259,6 +259,20 @@ def in_short(aggs: list[ConfigAggregate], most: int = 5) -> list[str]:
     return out
 
 
+def throughput_precision(aggs: list[ConfigAggregate]) -> list[str]:
+    """How far the samples/s figures can be told apart: the widest 95% interval against its mean
+    (issue #18 asks for every configuration's within 10%; with 3 seeds a 5 % seed-to-seed spread
+    already gives 12 %)."""
+    rel = [(e.half_width / e.mean, a.label) for a in aggs
+           if (e := a.estimates.get("samples_per_s")) is not None and e.half_width is not None and e.mean]
+    if not rel:
+        return []
+    widest, label = max(rel)
+    within = sum(r <= 0.10 for r, _ in rel)
+    return [f"Samples/s precision: the widest 95% interval is ±{100 * widest:.1f}% of its mean ({label}); "
+            f"{within} of {len(rel)} configurations are within ±10%.", ""]
+
+
 def findings(aggs: list[ConfigAggregate], target: float | None) -> list[str]:
     """Sentences generated from the numbers: per group of configurations that differ only
     in their mode, who reached the target first, who lost least of the metric, who recovered
@@ -457,6 +471,7 @@ def render(name, src, sweep, runs, aggs, target, plots, pricing, machine, machin
                      "samples/s": fmt_est("samples_per_s", a.estimates["samples_per_s"]),
                      "staleness (mean)": fmt_est("staleness_mean", a.estimates["staleness_mean"]),
                      "staleness (p99)": fmt_est("staleness_p99", a.estimates["staleness_p99"])} for a in aggs]), ""]
+    L += throughput_precision(aggs)
     L += ["### Failure and recovery", ""]
     L += [md_table([{"configuration": a.label, "faults": kills_cell(a.config, a.completed),
                      **{METRIC_BY_KEY[k].title: fmt_est(k, a.estimates[k])
