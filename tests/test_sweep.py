@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
+import warnings
 
 import psutil
 import pytest
 
-from conftest import PSBENCH, ROOT, events, psbench
+from conftest import OPEN_MPI_CRASH, PSBENCH, ROOT, events, psbench
 
 TINY = """
 name = "tiny"
@@ -174,6 +176,10 @@ def test_kept_runs_resume_elsewhere_and_another_configuration_is_refused(tmp_pat
                    "another configuration", "steps: 150 there, 100 now")
 
 
+def read_log(path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
 @pytest.mark.slow
 def test_paper_sweep_end_to_end_reduced(tmp_path):
     """paper.toml's design (3 modes x 0/1/2 PS kills) at 16 s per run, one seed, synthetic.
@@ -181,10 +187,18 @@ def test_paper_sweep_end_to_end_reduced(tmp_path):
     kills are at 33% and 67% of the run: 16 s leaves a replacement (spawned at once, a few
     seconds of cold start on 2 busy cores) time to come up before the second kill."""
     out, report = tmp_path / "paper", tmp_path / "report"
-    proc = psbench("sweep", "benchmarks/sweeps/paper.toml", "--benchmark", "synthetic", "--model-params", "20000",
-                   "--duration", "16s", "--eval-interval", "2s", "--restart-delay", "0s", "--consistency", "sync",
-                   "--seeds", "0", "--out", str(out), "--report-dir", str(report), timeout=900)
+    args = ("sweep", "benchmarks/sweeps/paper.toml", "--benchmark", "synthetic", "--model-params", "20000",
+            "--duration", "16s", "--eval-interval", "2s", "--restart-delay", "0s", "--consistency", "sync",
+            "--seeds", "0", "--out", str(out), "--report-dir", str(report))
+    proc = psbench(*args, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    crashed = [r for r in (out / "runs").iterdir() if OPEN_MPI_CRASH in read_log(r / "mpirun.log")]
+    if crashed:  # Open MPI 5.0.11's own SIGSEGV (README); as run_ok does, such a run is repeated once
+        warnings.warn(f"Open MPI crashed ({OPEN_MPI_CRASH}) in {[r.name for r in crashed]}: repeated once")
+        for r in crashed:
+            shutil.rmtree(r)
+        proc = psbench(*args, timeout=900)  # the sweep resumes: only the removed runs run again
+        assert proc.returncode == 0, proc.stdout + proc.stderr
     names = sorted(p.name for p in (out / "runs").iterdir())
     assert len(names) == 9 and not any(n.endswith(".partial") for n in names), names
     for name in names:
