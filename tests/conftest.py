@@ -61,7 +61,7 @@ def run_ok(tmp_path: Path, *args: str, name: str = "run", expect_complete: bool 
     out = tmp_path / name
     proc = psbench("run", "--quiet", "--out", str(out), *args, timeout=timeout)
     summary_path = out / "summary.json"
-    if expect_complete and _open_mpi_crashed(out):
+    if expect_complete and open_mpi_crashed(out):
         crashed = out.with_name(f"{name}-open-mpi-crash")
         out.rename(crashed)
         warnings.warn(f"Open MPI crashed ({OPEN_MPI_CRASH}; {crashed}/mpirun.log): the run is repeated once")
@@ -74,7 +74,7 @@ def run_ok(tmp_path: Path, *args: str, name: str = "run", expect_complete: bool 
     return out, summary
 
 
-def _open_mpi_crashed(out: Path) -> bool:
+def open_mpi_crashed(out: Path) -> bool:
     try:
         summary = json.loads((out / "summary.json").read_text())
         log = (out / "mpirun.log").read_text(errors="replace")

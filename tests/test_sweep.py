@@ -15,7 +15,7 @@ import warnings
 import psutil
 import pytest
 
-from conftest import OPEN_MPI_CRASH, PSBENCH, ROOT, events, psbench
+from conftest import OPEN_MPI_CRASH, PSBENCH, ROOT, events, open_mpi_crashed, psbench
 
 TINY = """
 name = "tiny"
@@ -176,10 +176,6 @@ def test_kept_runs_resume_elsewhere_and_another_configuration_is_refused(tmp_pat
                    "another configuration", "steps: 150 there, 100 now")
 
 
-def read_log(path) -> str:
-    return path.read_text(errors="replace") if path.exists() else ""
-
-
 @pytest.mark.slow
 def test_paper_sweep_end_to_end_reduced(tmp_path):
     """paper.toml's design (3 modes x 0/1/2 PS kills) at 16 s per run, one seed, synthetic.
@@ -192,7 +188,7 @@ def test_paper_sweep_end_to_end_reduced(tmp_path):
             "--seeds", "0", "--out", str(out), "--report-dir", str(report))
     proc = psbench(*args, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    crashed = [r for r in (out / "runs").iterdir() if OPEN_MPI_CRASH in read_log(r / "mpirun.log")]
+    crashed = [r for r in (out / "runs").iterdir() if open_mpi_crashed(r)]
     if crashed:  # Open MPI 5.0.11's own SIGSEGV (README); as run_ok does, such a run is repeated once
         warnings.warn(f"Open MPI crashed ({OPEN_MPI_CRASH}) in {[r.name for r in crashed]}: repeated once")
         for r in crashed:

@@ -11,13 +11,18 @@ from launch.driver.mpirun import mpirun_env
 HERE = Path(__file__).resolve().parent
 
 
+def two_ranks(script: str) -> subprocess.CompletedProcess:
+    """Run tests/<script> on two real ranks under mpirun."""
+    return subprocess.run([find_mpirun(), "-np", "2", "--oversubscribe", "--bind-to", "none", sys.executable,
+                           str(HERE / script)], env=mpirun_env(), capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
+
+
 def test_a_header_taken_by_a_withdrawn_receive_is_received_next_and_in_order():
     """The promoted head lost the leader's HELLO this way in psbench chaos (hybrid, 2 spares) and was
     fenced while alive: one receive is cut short before anything arrived, the next after the HELLO
     matched it; the next two receives must get version 7 and then version 8, not time out."""
-    proc = subprocess.run([find_mpirun(), "-np", "2", "--oversubscribe", "--bind-to", "none", sys.executable,
-                           str(HERE / "kept_header_ranks.py")], env=mpirun_env(), capture_output=True, text=True,
-                          timeout=120, stdin=subprocess.DEVNULL)
+    proc = two_ranks("kept_header_ranks.py")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "not cut short" not in proc.stdout
     assert "received 7@1 8@1" in proc.stdout, proc.stdout + proc.stderr
@@ -27,9 +32,7 @@ def test_a_paced_wait_wakes_up_less_and_still_takes_the_message_soon():
     """The PS and strict-chain replicas wait for messages that come at a steady pace; their polling
     took the cores the workers need (psmodes.transport.Pacer). A 20 ms pace: the paced waits must
     wake up less than half as often as plain ones, and take each message within 15 ms."""
-    proc = subprocess.run([find_mpirun(), "-np", "2", "--oversubscribe", "--bind-to", "none", sys.executable,
-                           str(HERE / "paced_wait_ranks.py")], env=mpirun_env(), capture_output=True, text=True,
-                          timeout=120, stdin=subprocess.DEVNULL)
+    proc = two_ranks("paced_wait_ranks.py")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     got = {line.split()[0]: dict(kv.split("=") for kv in line.split()[1:]) for line in proc.stdout.splitlines()
            if line.startswith(("plain", "paced"))}
