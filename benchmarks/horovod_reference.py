@@ -60,9 +60,15 @@ def main(argv: list[str] | None = None) -> int:
     cores = len(os.sched_getaffinity(0))
     torch.set_num_threads(1 if hvd.local_size() >= cores else max(1, cores // hvd.local_size()))
     use_cuda = a.device == "cuda" or (a.device == "auto" and torch.cuda.is_available())
-    device = torch.device("cuda", hvd.local_rank()) if use_cuda else torch.device("cpu")
+    # as psbench's ranks (psmodes/context.py pick_device): more local ranks than GPUs share them in turn
+    device = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count()) if use_cuda else torch.device("cpu")
     if use_cuda:
         torch.cuda.set_device(device)
+        if hvd.nccl_built() and hvd.local_size() > torch.cuda.device_count():
+            if hvd.local_rank() == 0:
+                print(f"horovod_reference: {hvd.local_size()} ranks share {torch.cuda.device_count()} GPU(s) here and "
+                      "NCCL takes one GPU per rank; run at most one worker per GPU, or --device cpu", file=sys.stderr)
+            return 2
 
     workload = get(a.benchmark)
     cfg = RunConfig(benchmark=a.benchmark, steps=a.steps, seed=a.seed, model_params=a.model_params,

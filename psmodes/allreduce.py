@@ -4,8 +4,8 @@ Horovod is the default (``hvd.init(comm=worker_comm)``: the PS and the other
 roles are not in it, so it keeps working while the PS is dead). ``--allreduce
 mpi`` uses a plain ``MPI_Iallreduce`` for MPI stacks without Horovod. Both
 poll with a timeout instead of blocking forever. On GPU nodes with a
-NCCL-built Horovod the reduction runs on the device tensor; otherwise on a
-host copy.
+NCCL-built Horovod and a GPU per worker the reduction runs on the device
+tensor; otherwise (no NCCL, or workers sharing a GPU) on a host copy.
 
 With Horovod the averaging overlaps the backward pass, as Horovod's
 ``DistributedOptimizer`` does: a hook on every parameter starts its allreduce
@@ -44,7 +44,10 @@ class Allreducer:
                 os.environ["HOROVOD_FUSION_THRESHOLD"] = "0"
             hvd.init(comm=comm)
             self.hvd = hvd
-            self.on_device = device.type == "cuda" and hvd.nccl_built()
+            # NCCL takes one GPU per rank: workers sharing a GPU average a host copy instead (seen on
+            # a one-GPU machine with 2 workers: "ncclCommInitRank failed: invalid usage")
+            self.on_device = (device.type == "cuda" and bool(hvd.nccl_built())
+                              and hvd.local_size() <= torch.cuda.device_count())
 
     def overlap(self, params: list[torch.nn.Parameter], flat_grads: torch.Tensor) -> None:
         """Average the gradients in fixed buckets, each started from a hook as soon as backward

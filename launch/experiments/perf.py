@@ -281,6 +281,10 @@ class Perf:
                 pass
             finally:
                 stop_group(proc)
+        if proc.returncode == 2:  # the trainer refused its placement with one line (e.g. GPUs shared under NCCL)
+            said = [ln for ln in (folder / "mpirun.log").read_text(errors="replace").splitlines() if "horovod_reference:" in ln]
+            if said:
+                raise ConfigError(said[0].split("horovod_reference: ", 1)[1])
         if proc.returncode != 0 or not out.exists():
             raise RuntimeError(f"the Horovod reference trainer failed (exit {proc.returncode}); see {folder}/mpirun.log")
         return json.loads(out.read_text())
