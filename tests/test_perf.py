@@ -109,6 +109,7 @@ def test_a_miss_within_the_noise_is_not_blamed_on_replication():
     (["--from", "/nonexistent"], "no perf.json there"),
     (["--quikc"], "did you mean --quick"),
     (["--faults", "kill,meteor"], "--faults 'kill,meteor': choose from"),
+    (["--variants", "none,chain K=1"], "--variants 'none,chain K=1': choose from none, checkpoint-k100"),
 ])
 def test_bad_input_is_one_line_and_status_2(args, message, tmp_path):
     out = subprocess.run(PSBENCH + ["perf", "--out", str(tmp_path / "r"), *args], capture_output=True, text=True,
@@ -171,3 +172,16 @@ def test_quick_perf_measures_every_section(tmp_path):
                            capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr
     assert (tmp_path / "again" / "report.md").read_text() == text
+
+
+def test_variants_pick_the_throughput_runs_by_their_slugs():
+    import argparse
+
+    from launch.experiments.perf import add_perf_parser, plan_from_args
+
+    parser = argparse.ArgumentParser()
+    add_perf_parser(parser.add_subparsers())
+    plan = plan_from_args(parser.parse_args(["perf", "--variants", "chain-k100-r1, none", "--reps", "7"]))
+    assert plan.variants == ["none", "chain K=100 R=1"] and plan.reps == 7
+    assert plan_from_args(parser.parse_args(["perf", "--variants", "stateless"])).variants == ["none", "stateless"]
+    assert "none, blocking" in plan_from_args(parser.parse_args(["perf"])).variants  # default: all

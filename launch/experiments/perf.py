@@ -140,6 +140,9 @@ def add_perf_parser(sub) -> None:
                         "(the scaling runs are the synthetic MLP): any psbench run --benchmark")
     p.add_argument("--optimizer", help="the PS's optimizer in every run, the scaling runs included: sgd, momentum "
                                        "or adamw (default: the benchmark's); its state counts in the memory floor")
+    p.add_argument("--variants", help="comma-separated throughput variants beside the Horovod reference and none, to decide "
+                                      "one ratio with more --reps (default all: "
+                                      f"{', '.join(slug(v) for v, _ in THROUGHPUT)})")
     p.add_argument("--only", help=f"comma-separated sections to measure (default all: {', '.join(SECTIONS)})")
     p.add_argument("--quick", action="store_true", help="a small version of every section (minutes, not half an hour)")
     p.add_argument("--out", help="report folder (default reports/perf)")
@@ -177,6 +180,12 @@ def plan_from_args(a: argparse.Namespace) -> Plan:
         unknown = [s for s in plan.sections if s not in SECTIONS]
         if unknown or not plan.sections:
             raise ConfigError(f"--only {a.only!r}: choose from {', '.join(SECTIONS)}")
+    if a.variants:
+        by_slug = {slug(label): label for label, _ in THROUGHPUT}
+        wanted = [v.strip() for v in a.variants.split(",") if v.strip()]
+        if not wanted or any(v not in by_slug for v in wanted):
+            raise ConfigError(f"--variants {a.variants!r}: choose from {', '.join(by_slug)}")
+        plan.variants = ["none"] + [by_slug[v] for v in wanted if v != "none"]  # the ratios' baseline
     if a.sizes:
         try:
             plan.sizes = [int(float(x)) for x in a.sizes.split(",") if x.strip()]
