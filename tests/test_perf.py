@@ -185,3 +185,32 @@ def test_variants_pick_the_throughput_runs_by_their_slugs():
     assert plan.variants == ["none", "chain K=100 R=1"] and plan.reps == 7
     assert plan_from_args(parser.parse_args(["perf", "--variants", "stateless"])).variants == ["none", "stateless"]
     assert "none, blocking" in plan_from_args(parser.parse_args(["perf"])).variants  # default: all
+
+
+def test_sigterm_ends_the_session_not_just_one_run(tmp_path):
+    """SIGTERM during a throughput run stops psbench perf (exit 130) with that run's MPI job; what was
+    measured is saved (seen: a SIGTERM ended one run and the session went on with the next)."""
+    import os
+    import signal
+    import time
+
+    from conftest import ROOT
+
+    from launch.experiments.chaos import leftover_processes
+
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen(PSBENCH + ["perf", "--only", "throughput", "--variants", "none", "--reps", "2",
+                                       "--steps", "3000", "--runs", str(runs), "--out", str(tmp_path / "report")],
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 180
+    while not list(runs.glob("none-r0/events/worker0.jsonl")) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(2)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stdout + stderr
+    assert not (runs / "none-r1").exists() and not (runs / "reference-r1").exists()
+    results = json.loads((runs / "perf.json").read_text())  # saved, readable
+    assert all(r["variant"] != "none" for r in results["throughput"])  # the stopped run is not a result
+    assert leftover_processes((runs / "none-r0").resolve()) == []

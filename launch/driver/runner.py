@@ -112,7 +112,7 @@ def run_job(cfg: RunConfig, quiet: bool = False, tick=None) -> dict:
     tail = EventTail(run_dir)
     progress = Progress(cfg, quiet)
     watch = Watch(cfg, injector, tail, progress, tick, t_start, deadline, crashes.CrashScan(run_dir), log)
-    previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+    previous_term = signal.signal(signal.SIGTERM, raise_interrupt)
     attempt = 0
     start_failures = 0
     header = None
@@ -347,7 +347,8 @@ def _short(host: str | None) -> str:
     return str(host or "").split(".")[0]
 
 
-def _raise_interrupt(signum, frame):
+def raise_interrupt(signum, frame):
+    """A SIGTERM handler: stop as Ctrl-C stops (the launchers' cleanup runs in their finally blocks)."""
     raise KeyboardInterrupt
 
 

@@ -72,7 +72,7 @@ from ..analysis.claims import KNOWN as claims_known
 from ..analysis.machine import machine_info
 from ..analysis.report import write_report
 from ..driver.options import OneLineParser, add_run_options, config_from_args, resolve_data, run_options, run_parser
-from ..driver.runner import run_job
+from ..driver.runner import raise_interrupt, run_job
 
 TOP_KEYS = ("name", "description", "seeds", "target", "claims", "base", "grid", "extra")
 NOT_IN_FILE = {"out": "the sweep puts each run in <out>/runs/", "dry_run": "use psbench sweep --dry-run",
@@ -502,9 +502,6 @@ def _result_line(run: PlannedRun, summary: dict, wall: float) -> str:
     return f"{run.slug}: {status}, final {name} {'-' if value is None else f'{value:.3f}'}, {wall:.0f} s"
 
 
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
-
 
 def execute(sweep: Sweep, command: list[str], quiet: bool = False, report_dir: str | None = None,
             keep: str | None = None) -> int:
@@ -512,7 +509,7 @@ def execute(sweep: Sweep, command: list[str], quiet: bool = False, report_dir: s
     is finished, 1 when a run could not be (the report lists it), 130 when interrupted.
     ``keep``: see ``--keep`` in the module docstring."""
     lock = Lock(sweep.out)
-    previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+    previous_term = signal.signal(signal.SIGTERM, raise_interrupt)
     try:
         sweep.runs_dir.mkdir(parents=True, exist_ok=True)
         write_text_atomic(sweep.out / "sweep.json", json.dumps(plan_record(sweep, command), indent=2) + "\n")
