@@ -498,4 +498,3 @@ def cmd_perf(a: argparse.Namespace) -> int:
         perf.save()
         print(f"report: {write_perf_report(perf.results, out, runs)}")
     return 0
-

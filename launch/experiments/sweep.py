@@ -502,7 +502,6 @@ def _result_line(run: PlannedRun, summary: dict, wall: float) -> str:
     return f"{run.slug}: {status}, final {name} {'-' if value is None else f'{value:.3f}'}, {wall:.0f} s"
 
 
-
 def execute(sweep: Sweep, command: list[str], quiet: bool = False, report_dir: str | None = None,
             keep: str | None = None) -> int:
     """Runs what is left of ``sweep``, then writes its report. Exit status: 0 when every run
