@@ -41,7 +41,7 @@ RECOVERY = ("ulfm", "job-restart")
 LAUNCHERS = ("mpirun", "horovodrun")
 EXCHANGES = ("auto", "blocking", "pipelined")  # the sync leader's exchange with the PS (psmodes/worker.py)
 # a run recorded before one of these fields existed ran so, not with the field's default
-RAN_BEFORE_ITS_FIELD = {"exchange": "blocking"}
+RAN_BEFORE_ITS_FIELD = {"exchange": "blocking", "mailbox": False}
 KILL_VIA = ("auto", "local", "ssh", "srun")
 GROUPS = ("workload", "consistency", "recovery", "faults", "execution", "clusters")  # of `psbench run --help`, in order
 
@@ -290,6 +290,9 @@ class RunConfig:
                            "sync and plain SGD only), blocking (it waits for the PS's answer before the next "
                            "step), or auto (pipelined where it can be; recorded resolved)", group="consistency",
                            check=one_of(EXCHANGES, "exchange", "auto, blocking or pipelined"))
+    mailbox: bool = option(True, "--no-mailbox", "pipelined: send each gradient over MPI even to a PS on the "
+                           "leader's host (by default it goes through shared memory there: psmodes/mailbox.py)",
+                           group="consistency")
     slow_worker: str | None = option(None, "--slow-worker", "worker W's steps take FACTOR times longer (a "
                                      "straggler)", group="consistency", metavar="W:FACTOR")
     # recovery

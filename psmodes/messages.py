@@ -9,7 +9,7 @@ knows a field's position: the rest of psmodes reads ``msg.version``, never ``hdr
 | message | from -> to | tag | payload that follows |
 | --- | --- | --- | --- |
 | :class:`Hello` | leader / async worker -> PS | TO_PS | the pending gradient (``pending``); a stateless hand-over's weights and ``vectors`` buffered updates (HANDOVER) |
-| :class:`Grad` | leader / async worker -> PS | TO_PS | the gradient |
+| :class:`Grad` | leader / async worker -> PS | TO_PS | the gradient (none when ``in_mailbox``: :mod:`psmodes.mailbox`) |
 | :class:`Answer` | PS -> leader / async worker | FROM_PS | the weights, when ``weights`` |
 | :class:`Ready` | stateless replacement PS -> workers | FROM_PS | none |
 | :class:`Snapshot` | PS -> evaluator | EVAL | the weights |
@@ -28,7 +28,7 @@ from typing import ClassVar
 
 import numpy as np
 
-HEADER_LEN = 8
+HEADER_LEN = 12
 
 # Control.weights: what the workers do with their copy of the model before the next step
 KEEP, RECEIVE, APPLY = 0, 1, 2  # keep it; take the leader's broadcast; apply the averaged gradient
@@ -74,10 +74,12 @@ class Message:
 
 @dataclass(frozen=True)
 class Grad(Message):
-    """A gradient computed on weights of ``version``; the payload follows."""
+    """A gradient computed on weights of ``version``; the payload follows, or (``in_mailbox``)
+    is in the leader's shared buffer that the PS mapped (:mod:`psmodes.mailbox`)."""
     KIND: ClassVar[int] = 1
     version: int
     worker: int = 0  # the sender's worker index (async: the PS answers each worker on its own)
+    in_mailbox: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,8 @@ class Answer(Message):
     only, and every worker applies the averaged gradient itself). Async answers also give the
     gradient's ``staleness`` and the version it made (``applied_as``; -1: not applied).
     ``durable``: the newest version a copy outside the PS is known to hold (hybrid: the chain's
-    tail acknowledged it; -1: none known), so the leader can drop the gradients before it."""
+    tail acknowledged it; -1: none known), so the leader can drop the gradients before it.
+    ``mailbox`` (the answer to a Hello): the PS mapped the mailbox the Hello offered."""
     KIND: ClassVar[int] = 2
     version: int
     stop: bool
@@ -97,6 +100,7 @@ class Answer(Message):
     staleness: int = -1
     applied_as: int = -1
     durable: int = -1
+    mailbox: bool = False
 
     @property
     def applied(self) -> bool:
@@ -147,7 +151,8 @@ class Hello(Message):
     gradient whose answer never came, computed on ``version``, follows (:data:`PENDING`), and
     the workers already applied it themselves (:data:`PENDING_APPLIED`: the pipelined exchange,
     so they hold ``version + 1``); a stateless hand-over carries ``buffered`` updates under
-    ``policy`` in ``vectors`` payloads, after the weights."""
+    ``policy`` in ``vectors`` payloads, after the weights. ``mailbox_pid``, ``mailbox_fd``,
+    ``mailbox_token``: the leader's gradient buffer a PS on its host can map (token 0: none)."""
     KIND: ClassVar[int] = 7
     version: int
     pending: int = NOT_PENDING
@@ -156,6 +161,9 @@ class Hello(Message):
     policy: int = 0
     vectors: int = 0
     worker: int = 0
+    mailbox_pid: int = 0
+    mailbox_fd: int = 0
+    mailbox_token: int = 0
 
 
 @dataclass(frozen=True)

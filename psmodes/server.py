@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from . import killpoints, transport as tp
+from . import killpoints, mailbox, transport as tp
 from .context import Context, RunFailed, build_flat
 from .pidfiles import write_pid_file
 from .events import Ev
@@ -57,6 +57,7 @@ class UpdateTiming:
         self.apply_s: list[float] = []
         self.after_s: list[float] = []
         self.send_s: list[float] = []
+        self.from_mailbox = 0  # gradients read in place from the leader's mailbox (no receive)
 
     def add(self, t0: float, t1: float, t2: float, t3: float) -> None:
         self.recv_s.append(t1 - t0)
@@ -64,7 +65,7 @@ class UpdateTiming:
         self.send_s.append(t3 - t2)
 
     def medians(self) -> dict:
-        out = {"updates": len(self.recv_s)}
+        out = {"updates": len(self.recv_s), "from_mailbox": self.from_mailbox}
         for name in ("recv_s", "apply_s", "after_s", "send_s"):
             values = getattr(self, name)
             out[name] = round(float(np.median(values)), 6) if values else None
@@ -83,6 +84,7 @@ class ParameterServer:
         self.opt = opt
         self.prev = prev  # (version, weights) kept by a promoted replica, for reconciliation
         self.grad = torch.zeros(self.numel)
+        self.mailbox: torch.Tensor | None = None  # the leader's gradient buffer, when it is on this host
         self.mode = ctx.mode
         self.awaiting_handover = False  # a fresh replacement whose state comes from the workers (stateless)
         self.t0_ms = t0_ms
@@ -128,11 +130,18 @@ class ParameterServer:
                 self._hello(msg)
                 continue
             t0 = time.perf_counter()
-            tp.recv_payload(world, self.grad.numpy(), c.leader, tp.TAG_TO_PS, ctx.peer_timeout, "PS receives gradient")
+            if msg.in_mailbox:  # read in place by the SGD step; the leader writes it again after the answer
+                if self.mailbox is None:
+                    raise RunFailed("a gradient in a mailbox this PS has not mapped")
+                grad = self.mailbox
+                self.timing.from_mailbox += 1
+            else:
+                grad = self.grad
+                tp.recv_payload(world, grad.numpy(), c.leader, tp.TAG_TO_PS, ctx.peer_timeout, "PS receives gradient")
             if msg.version != self.opt.version:
                 raise RunFailed(f"gradient for version {msg.version} reached a PS at version {self.opt.version}")
             t1 = time.perf_counter()
-            self._update(self.grad)
+            self._update(grad)
             t2 = time.perf_counter()
             self._reply(weights=not self.workers_apply)
             self.timing.add(t0, t1, t2, time.perf_counter())
@@ -159,7 +168,7 @@ class ParameterServer:
         if self.opt.version % 10 == 0:
             self.ctx.log.emit(Ev.UPDATE, version=self.opt.version)
         answer = Answer(self.opt.version, self.stopped, self.t0_ms, weights=weights, applied_as=self.opt.version,
-                        durable=self.mode.ps_durable_version(self))
+                        durable=self.mode.ps_durable_version(self), mailbox=self.mailbox is not None)
         reqs = tp.isend(self.ctx.cluster.world, answer, self.opt.weights.numpy() if weights else None,
                         self.ctx.cluster.leader, tp.TAG_FROM_PS)
         killpoints.reached("send_weights", self.ctx, version=self.opt.version)
@@ -180,6 +189,8 @@ class ParameterServer:
             ctx.log.emit(Ev.TRAIN_START, t0_ms=self.t0_ms)
         else:
             self.t0_ms = hello.t0_ms
+        self.mailbox = mailbox.attach(hello.mailbox_pid, hello.mailbox_fd, hello.mailbox_token, self.numel)
+        info["mailbox"] = self.mailbox is not None
         if self.awaiting_handover:
             info.update(self.mode.apply_handovers(self, [self.mode.receive_handover(self, hello, leader)]))
         else:

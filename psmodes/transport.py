@@ -1,6 +1,6 @@
 """Point-to-point PS traffic on mpi4py buffer calls, with ULFM failure reporting.
 
-Nothing here pickles: every message is a fixed 8-int64 header followed, when
+Nothing here pickles: every message is a fixed 12-int64 header followed, when
 the header says so, by a float32 payload of a size both sides know. The messages
 themselves, with their named fields, are defined in :mod:`psmodes.messages`. Waits poll
 ``Request.Test`` with a short sleep instead of blocking in ``Wait``: Open MPI's

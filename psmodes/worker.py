@@ -38,6 +38,7 @@ from benchmarks.registry import shard_batches
 
 from . import transport as tp
 from .allreduce import Allreducer
+from .mailbox import Mailbox
 from .context import REFILL_SETTLE_S, Context, no_repair
 from .pidfiles import write_pid_file
 from .spare import retire as retire_spares
@@ -120,8 +121,14 @@ class Worker:
         self.grad_host = self.flat.grads if on_cpu else torch.empty(self.numel).pin_memory()
         self.pipelined = cfg.exchange == "pipelined"
         # the gradient last sent to the PS, kept until it is answered (a Hello re-sends it); pipelined:
-        # a copy of its own, since the next step's backward writes grad_host while it travels
-        self.sent_grad = torch.empty_like(self.grad_host) if self.pipelined and self.leader else self.grad_host
+        # a copy of its own, since the next step's backward writes grad_host while it travels, in
+        # shared memory that a PS on this host reads in place (psmodes/mailbox.py)
+        self.mailbox = Mailbox(self.numel) if self.pipelined and self.leader and cfg.mailbox else None
+        self.ps_reads_mailbox = False  # the PS of the last Hello mapped it: gradients go without payload
+        if self.mailbox is not None:
+            self.sent_grad = self.mailbox.tensor
+        else:
+            self.sent_grad = torch.empty_like(self.grad_host) if self.pipelined and self.leader else self.grad_host
         self.in_flight: InFlight | None = None
         self.held: int | None = None  # pipelined: the version the gradient every worker holds was computed on
         self.reuse = False            # the next step sends that gradient instead of computing one
@@ -185,7 +192,7 @@ class Worker:
 
     def _sync_ctrl(self) -> Control:
         """The leader's control header to every worker (point to point: W-1
-        64-byte messages, and a wait that can report which peer failed)."""
+        96-byte messages, and a wait that can report which peer failed)."""
         comm, timeout = self.ctrl_comm, self.ctx.outage_timeout
         if self.leader:
             self.ctrl_buf[:] = self.ctrl.to_header()
@@ -412,7 +419,10 @@ class Worker:
         # a PS that answers in milliseconds and has not for --suspect-after is hung: fenced (psmodes.suspicion)
         suspect = Suspicion(ctx, c.ps, "the PS's answer to the leader")
         try:
-            reqs = tp.isend(c.world, Grad(self.version), self.sent_grad.numpy(), c.ps, tp.TAG_TO_PS)
+            if self.ps_reads_mailbox:
+                reqs = tp.isend(c.world, Grad(self.version, in_mailbox=True), None, c.ps, tp.TAG_TO_PS)
+            else:
+                reqs = tp.isend(c.world, Grad(self.version), self.sent_grad.numpy(), c.ps, tp.TAG_TO_PS)
         except MPI.Exception as exc:
             raise tp.classify(exc, "leader sends gradient") from None
         self.in_flight = InFlight(self.version, reqs, suspect)
@@ -542,8 +552,10 @@ class Worker:
         buffered, vectors = offer if offer is not None else (0, [])
         # pipelined: the workers applied the pending gradient (they hold self.held, one version more)
         pending_code = (PENDING if self.held is None else PENDING_APPLIED) if pending else NOT_PENDING
+        pid, fd, token = self.mailbox.address if self.mailbox is not None else (0, 0, 0)
         hello = Hello(self.version, pending=pending_code, buffered=buffered, t0_ms=self.t0_ms,
-                      policy=POLICY_CODES[cfg.replay], vectors=len(vectors))
+                      policy=POLICY_CODES[cfg.replay], vectors=len(vectors),
+                      mailbox_pid=pid, mailbox_fd=fd, mailbox_token=token)
         # a replacement that hangs before it answers is fenced like a hung PS; the cold start after a
         # respawn and the holder's own start-up are not counted (psmodes.suspicion)
         suspect = Suspicion(ctx, c.ps, "the PS's answer to the leader's hello")
@@ -563,6 +575,7 @@ class Worker:
         if pending:  # the re-sent gradient was answered too (applied now or before): the mode may keep it
             self.mode.after_answer(self, self.version, answer, self.sent_grad)
         self.version, self.t0_ms = answer.version, answer.t0_ms
+        self.ps_reads_mailbox = answer.mailbox
         if self.held is not None:  # pipelined: one version names one state, so the held gradient is valid
             self.reuse = self.held == self.version
             self.held = None

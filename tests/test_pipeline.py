@@ -34,11 +34,21 @@ def unkilled(tmp_path_factory):
     return blocking, pipelined
 
 
+def gradients_from_the_mailbox(out) -> tuple[int, int]:
+    """(gradients the PS read in place from the leader's mailbox, updates): psmodes/mailbox.py."""
+    (timing,) = events(out, "ps_timing", "ps")
+    return timing["from_mailbox"], timing["updates"]
+
+
 def test_pipelined_run_is_bitwise_the_blocking_one(unkilled):
     blocking, pipelined = unkilled
     assert final_digest(pipelined) == final_digest(blocking), "same seed and steps, different weights"
     assert steps_logged_before_the_ps_applied(blocking) == 0
     assert steps_logged_before_the_ps_applied(pipelined) > 0.5, "the leader waited for every answer"
+    # on one host the pipelined gradients travel through the mailbox, the blocking ones over MPI
+    assert gradients_from_the_mailbox(blocking)[0] == 0
+    from_mailbox, updates = gradients_from_the_mailbox(pipelined)
+    assert from_mailbox == updates > 0
 
 
 # apply: the head applied the gradient in flight and died before its tail had it (the promoted tail
@@ -53,3 +63,7 @@ def test_strict_chain_loses_nothing_with_a_gradient_in_flight(tmp_path, unkilled
     assert hellos and hellos[0]["pending"] in outcomes, hellos
     # nothing lost, nothing applied twice, and the gradient computed while the head was dying sent once
     assert final_digest(out) == final_digest(unkilled[1])
+    # the promoted head mapped the leader's mailbox at the Hello and read the gradients after it there
+    assert all(h["mailbox"] for h in hellos), hellos
+    from_mailbox, updates = gradients_from_the_mailbox(out)
+    assert 0 < from_mailbox <= updates

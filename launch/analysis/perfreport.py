@@ -111,7 +111,7 @@ def floor_seconds(numel: int, bandwidth: float, sends_weights: bool = True, opti
     write); the step reads weights and gradient and writes the weights, and reads and writes each
     vector of the optimizer's state (momentum: one; AdamW: its two moments), so 3, 5 or 7 times the
     model's bytes; sending copies the weights once - when the PS sends them (with plain sync SGD
-    the workers apply the update themselves and the PS answers with a 64-byte header)."""
+    the workers apply the update themselves and the PS answers with a 96-byte header)."""
     s = numel * 4
     apply = (3 + 2 * STATE_VECTORS.get(optimizer or "sgd", 0)) * s
     return {"recv": 2 * s / bandwidth, "apply": apply / bandwidth, "send": 2 * s / bandwidth if sends_weights else 0.0}

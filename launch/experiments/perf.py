@@ -78,6 +78,8 @@ THROUGHPUT = [
     # what the pipelined exchange (the default where it applies) buys: the same runs, blocking
     ("none, blocking", {"exchange": "blocking"}),
     ("chain K=1 R=1, blocking", {"mode": "chain", "replicate_every": 1, "replicas": 1, "exchange": "blocking"}),
+    # what the gradient mailbox (psmodes/mailbox.py, the default on one host) buys: pipelined, over MPI
+    ("none, no mailbox", {"mailbox": False}),
 ]
 QUICK_VARIANTS = ("none", "checkpoint K=10", "chain K=1 R=1", "stateless")
 QUICK_FAILURE_MODES = ("checkpoint",)  # --quick's failure section: the tests kill every mode elsewhere
