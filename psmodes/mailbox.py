@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 MAGIC = 0x70736D61696C6278  # "psmailbx"
+NAME = "psbench-gradient"
 HEADER_BYTES = 64  # magic, token, numel; the floats start 64-byte aligned
 
 
@@ -39,7 +40,7 @@ class Mailbox:
     def __init__(self, numel: int) -> None:
         self.numel = numel
         self.token = secrets.randbits(62) + 1  # never 0: a Hello's 0 means no mailbox
-        self.fd = os.memfd_create("psbench-gradient", os.MFD_CLOEXEC)
+        self.fd = os.memfd_create(NAME, os.MFD_CLOEXEC)
         size = HEADER_BYTES + 4 * numel
         os.ftruncate(self.fd, size)
         self._map = mmap.mmap(self.fd, size)
@@ -58,8 +59,12 @@ def attach(pid: int, fd: int, token: int, numel: int) -> torch.Tensor | None:
     if token <= 0 or pid <= 0 or fd < 0:
         return None
     size = HEADER_BYTES + 4 * numel
+    path = f"/proc/{pid}/fd/{fd}"
     try:
-        handle = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDWR)
+        # only a psbench memfd is opened: a stale fd may now be a pipe, a device or another file
+        if not os.readlink(path).startswith(f"/memfd:{NAME} "):
+            return None
+        handle = os.open(path, os.O_RDWR | os.O_NONBLOCK)
     except OSError:
         return None
     try:
