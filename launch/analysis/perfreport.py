@@ -351,14 +351,15 @@ def _misses_section(results: dict, rows: list[dict]) -> list[str]:
     if any(m.startswith("PS overhead") for m in missed) and "none" in split and "reference" in split:
         n, r = split["none"], split["reference"]
         out += [f"- **PS overhead**: a median `none` step takes {n['step']:.1f} ms against Horovod's {r['step']:.1f} ms. "
-                f"{n['exchange']:.1f} ms of it is the exchange with the PS (the gradient's 4 bytes a weight to another "
-                f"process, the SGD step there, the answer), {n['rest']:.1f} ms the control header to the other workers "
+                f"{n['exchange']:.1f} ms of it is the exchange with the PS (the gradient's header, the gradient itself "
+                f"read in place from the leader's shared memory on one host (else 4 bytes a weight over MPI), the SGD "
+                f"step there, the answer), {n['rest']:.1f} ms the control header to the other workers "
                 "and the local application of the update"
                 + (f" (the header's own latency: {n['header']:.2f} ms, a worker's wait for it less the leader's "
                    "exchange and send)" if "header" in n else "") + ", and forward+backward itself is "
                 f"{n['compute'] - r['compute']:+.1f} ms slower than in the reference: with the PS there are 3 processes "
-                "for 2 cores, and every PS wake-up (it polls each millisecond while it waits) preempts a worker. With "
-                "the pipelined exchange (the default for plain SGD) the exchange is only the wait for the previous "
+                "for 2 cores, and every PS wake-up (it polls each millisecond towards the end of its wait) and its SGD "
+                "step preempt a worker. With the pipelined exchange (the default for plain SGD) the exchange is only the wait for the previous "
                 "step's answer that the next step's compute did not hide; `none, blocking` shows the exchange whole.",
                 ""]
     chain = [m for m in missed if m.startswith("chain K=1 ")]  # not "chain K=100"
