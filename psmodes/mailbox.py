@@ -15,9 +15,10 @@ Hello re-sends the pending gradient over MPI, and the buffer stays as it was unt
 
 Why a memfd and ``/proc/<pid>/fd/<fd>``: a memfd has no name in any file system, so nothing
 outlives the run's processes (a SIGKILLed leader leaves no file in ``/dev/shm``); the memory
-goes when the last process that maps it exits. The Hello names the leader's pid, the fd and a
-random token written in the buffer's first bytes; a PS takes the buffer only if it opens and
-holds that token and the right size. A PS on another host or in another PID namespace finds
+goes when the last process that maps it exits, and a container's small ``/dev/shm`` (64 MiB
+under Docker) does not bound it. The Hello names the leader's pid, the fd and a random token
+written in the buffer's first bytes; a PS takes the buffer only if it is a psbench memfd of
+the right size that holds that token. A PS on another host or in another PID namespace finds
 no such file or another token, answers that it has no mailbox, and gets payloads over MPI.
 """
 from __future__ import annotations
