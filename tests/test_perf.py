@@ -64,6 +64,7 @@ def test_floor_counts_bytes_moved_per_phase():
     assert fl["apply"] == pytest.approx(3 * 4e6 / 8e9)
     assert fl["send"] == pytest.approx(2 * 4e6 / 8e9)
     assert floor_seconds(1_000_000, 8e9, sends_weights=False)["send"] == 0  # the workers apply the update
+    assert floor_seconds(1_000_000, 8e9, receives=False)["recv"] == 0  # read in place from the leader's mailbox
 
 
 def test_a_missed_target_says_by_how_much():

@@ -106,15 +106,16 @@ def paired_ratios(runs: list[dict]) -> dict[str, list[float]]:
 STATE_VECTORS = {"sgd": 0, "momentum": 1, "adamw": 2}  # the optimizer's float32 vectors beside the weights
 
 
-def floor_seconds(numel: int, bandwidth: float, sends_weights: bool = True, optimizer: str = "sgd") -> dict[str, float]:
+def floor_seconds(numel: int, bandwidth: float, sends_weights: bool = True, optimizer: str = "sgd",
+                  receives: bool = True) -> dict[str, float]:
     """Memory-traffic floor of one update (float32): receiving the gradient copies it once (read +
-    write); the step reads weights and gradient and writes the weights, and reads and writes each
+    write), unless (``receives=False``) the PS reads it in place from the leader's mailbox; the step reads weights and gradient and writes the weights, and reads and writes each
     vector of the optimizer's state (momentum: one; AdamW: its two moments), so 3, 5 or 7 times the
     model's bytes; sending copies the weights once - when the PS sends them (with plain sync SGD
     the workers apply the update themselves and the PS answers with a 96-byte header)."""
     s = numel * 4
     apply = (3 + 2 * STATE_VECTORS.get(optimizer or "sgd", 0)) * s
-    return {"recv": 2 * s / bandwidth, "apply": apply / bandwidth, "send": 2 * s / bandwidth if sends_weights else 0.0}
+    return {"recv": 2 * s / bandwidth if receives else 0.0, "apply": apply / bandwidth, "send": 2 * s / bandwidth if sends_weights else 0.0}
 
 
 def scaling_rows(results: dict) -> list[dict]:
@@ -125,7 +126,8 @@ def scaling_rows(results: dict) -> list[dict]:
         t = r.get("ps_timing") or {}
         if not bw or not t or t.get("recv_s") is None:
             continue
-        fl = floor_seconds(t["numel"], bw, t.get("sends_weights", True), r.get("optimizer") or "sgd")
+        receives = t.get("from_mailbox", 0) < t.get("updates", 1)  # psmodes/mailbox.py: no receive at all
+        fl = floor_seconds(t["numel"], bw, t.get("sends_weights", True), r.get("optimizer") or "sgd", receives)
         total = t["recv_s"] + t["apply_s"] + t["send_s"]
         floor = sum(fl.values())
         ck = r.get("checkpoint_write_s")
@@ -134,7 +136,7 @@ def scaling_rows(results: dict) -> list[dict]:
         ck_floor = 4 * nbytes / bw + (nbytes / disk if disk else 0)
         rows.append({"params": t["numel"], "optimizer": r.get("optimizer") or "sgd", "MiB": t["numel"] * 4 / MiB, "recv": t["recv_s"], "apply": t["apply_s"],
                      "send": t["send_s"], "total": total, "floor": floor, "ratio": total / floor,
-                     "ratio_recv": t["recv_s"] / fl["recv"], "ratio_apply": t["apply_s"] / fl["apply"],
+                     "ratio_recv": t["recv_s"] / fl["recv"] if fl["recv"] else None, "ratio_apply": t["apply_s"] / fl["apply"],
                      "ratio_send": t["send_s"] / fl["send"] if fl["send"] else None, "ckpt_s": ck, "ckpt_floor": ck_floor,
                      "ckpt_ratio": ck / ck_floor if ck else None, "completed": r.get("completed")})
     return rows
@@ -251,7 +253,9 @@ def targets(results: dict) -> list[dict]:
     sc = scaling_rows(results)
     if sc:
         big = max(sc, key=lambda r: r["params"])
-        why = (f"receive {big['ratio_recv']:.1f}x, apply {big['ratio_apply']:.1f}x their floors; "
+        why = ((f"receive {big['ratio_recv']:.1f}x, " if big["ratio_recv"] is not None else
+                "no receive (the PS reads the gradient in place from the leader's mailbox), ")
+               + f"apply {big['ratio_apply']:.1f}x {'their floors' if big['ratio_recv'] is not None else 'its floor'}; "
                + (f"send {big['ratio_send']:.1f}x" if big["ratio_send"] is not None else
                   f"no weights sent (the worker applies the update), the answer took {big['send'] * 1e3:.2f} ms"))
         rows.append(_verdict(f"PS time per update / memory floor at {big['params'] / 1e6:.0f}M parameters",
@@ -514,7 +518,8 @@ def _scaling_section(results: dict, plots: list[str]) -> list[str]:
            f"Memory bandwidth (single-threaded numpy copy, read + write): "
            f"{bw / 1e9:.2f} GB/s; disk (write + fsync): {disk / 1e9:.2f} GB/s." if bw and disk else "",
            "", "synthetic MLP, 1 worker, checkpoint mode (two checkpoints in the run). Floor of an "
-           "update: receiving the gradient moves 2x the model's bytes (read + write), the step 3x (read "
+           "update: receiving the gradient moves 2x the model's bytes (read + write; nothing when the PS reads it in "
+           "place from the leader's mailbox, psmodes/mailbox.py), the step 3x (read "
            "weights and gradient, write weights) plus 2x per vector of optimizer state (momentum: 5x, AdamW: 7x), sending the weights 2x when they are sent (plain SGD: the "
            "worker applies the update itself and the PS answers with a header); bytes / bandwidth. Checkpoint floor: "
            "serialising and writing move 4x the file's bytes in memory, plus the file / disk bandwidth.", "",
