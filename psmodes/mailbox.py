@@ -39,7 +39,6 @@ class Mailbox:
     """The leader's side: a float32 buffer of ``numel`` in a fresh memfd (:attr:`tensor`)."""
 
     def __init__(self, numel: int) -> None:
-        self.numel = numel
         self.token = secrets.randbits(62) + 1  # never 0: a Hello's 0 means no mailbox
         self.fd = os.memfd_create(NAME, os.MFD_CLOEXEC)
         size = HEADER_BYTES + 4 * numel

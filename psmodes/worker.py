@@ -127,8 +127,10 @@ class Worker:
         self.ps_reads_mailbox = False  # the PS of the last Hello mapped it: gradients go without payload
         if self.mailbox is not None:
             self.sent_grad = self.mailbox.tensor
+        elif self.pipelined and self.leader:
+            self.sent_grad = torch.empty_like(self.grad_host)
         else:
-            self.sent_grad = torch.empty_like(self.grad_host) if self.pipelined and self.leader else self.grad_host
+            self.sent_grad = self.grad_host
         self.in_flight: InFlight | None = None
         self.held: int | None = None  # pipelined: the version the gradient every worker holds was computed on
         self.reuse = False            # the next step sends that gradient instead of computing one
@@ -419,10 +421,8 @@ class Worker:
         # a PS that answers in milliseconds and has not for --suspect-after is hung: fenced (psmodes.suspicion)
         suspect = Suspicion(ctx, c.ps, "the PS's answer to the leader")
         try:
-            if self.ps_reads_mailbox:
-                reqs = tp.isend(c.world, Grad(self.version, in_mailbox=True), None, c.ps, tp.TAG_TO_PS)
-            else:
-                reqs = tp.isend(c.world, Grad(self.version), self.sent_grad.numpy(), c.ps, tp.TAG_TO_PS)
+            payload = None if self.ps_reads_mailbox else self.sent_grad.numpy()
+            reqs = tp.isend(c.world, Grad(self.version, in_mailbox=self.ps_reads_mailbox), payload, c.ps, tp.TAG_TO_PS)
         except MPI.Exception as exc:
             raise tp.classify(exc, "leader sends gradient") from None
         self.in_flight = InFlight(self.version, reqs, suspect)

@@ -3,7 +3,6 @@ what the leader wrote, and takes nothing that is not exactly the buffer the Hell
 memfds and a real second process; the runs that use it are in test_pipeline.py."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
@@ -21,7 +20,7 @@ print("none" if t is None else float(t.sum()))
 
 def read_elsewhere(pid: int, fd: int, token: int, numel: int) -> str:
     proc = subprocess.run([sys.executable, "-c", READ_IN_ANOTHER_PROCESS, str(pid), str(fd), str(token), str(numel)],
-                          capture_output=True, text=True, timeout=60, cwd=os.getcwd())
+                          capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip()
 

@@ -109,10 +109,11 @@ STATE_VECTORS = {"sgd": 0, "momentum": 1, "adamw": 2}  # the optimizer's float32
 def floor_seconds(numel: int, bandwidth: float, sends_weights: bool = True, optimizer: str = "sgd",
                   receives: bool = True) -> dict[str, float]:
     """Memory-traffic floor of one update (float32): receiving the gradient copies it once (read +
-    write), unless (``receives=False``) the PS reads it in place from the leader's mailbox; the step reads weights and gradient and writes the weights, and reads and writes each
-    vector of the optimizer's state (momentum: one; AdamW: its two moments), so 3, 5 or 7 times the
-    model's bytes; sending copies the weights once - when the PS sends them (with plain sync SGD
-    the workers apply the update themselves and the PS answers with a 96-byte header)."""
+    write), unless (``receives=False``) the PS reads it in place from the leader's mailbox; the step
+    reads weights and gradient and writes the weights, and reads and writes each vector of the
+    optimizer's state (momentum: one; AdamW: its two moments), so 3, 5 or 7 times the model's bytes;
+    sending copies the weights once - when the PS sends them (with plain sync SGD the workers apply
+    the update themselves and the PS answers with a 96-byte header)."""
     s = numel * 4
     apply = (3 + 2 * STATE_VECTORS.get(optimizer or "sgd", 0)) * s
     return {"recv": 2 * s / bandwidth if receives else 0.0, "apply": apply / bandwidth, "send": 2 * s / bandwidth if sends_weights else 0.0}
@@ -363,7 +364,8 @@ def _misses_section(results: dict, rows: list[dict]) -> list[str]:
                    "exchange and send)" if "header" in n else "") + ", and forward+backward itself is "
                 f"{n['compute'] - r['compute']:+.1f} ms slower than in the reference: with the PS there are 3 processes "
                 "for 2 cores, and every PS wake-up (it polls each millisecond towards the end of its wait) and its SGD "
-                "step preempt a worker. With the pipelined exchange (the default for plain SGD) the exchange is only the wait for the previous "
+                "step preempt a worker. With the pipelined exchange (the default for plain SGD) the exchange is "
+                "only the wait for the previous "
                 "step's answer that the next step's compute did not hide; `none, blocking` shows the exchange whole.",
                 ""]
     chain = [m for m in missed if m.startswith("chain K=1 ")]  # not "chain K=100"
