@@ -3,10 +3,12 @@
 A prterun that dies of SIGKILL leaves ``$TMPDIR/ompi.<pid>``; a later mpirun that gets the same
 pid stops before any rank starts ("The PMIx server's listener thread failed to start"): one CI
 run lost a test to it. Here the directory is the real leftover of a SIGKILLed mpirun, copied to
-the names of the next pids this machine hands out, in a private TMPDIR."""
+the names of the next pids this machine hands out, in a private TMPDIR. The shared-memory
+segments such a job leaves in /dev/shm are purged too, only those no live process maps."""
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import shutil
 import signal
@@ -18,7 +20,7 @@ import pytest
 
 from conftest import psbench
 from launch.analysis.machine import find_mpirun
-from launch.driver.mpirun import purge_stale_sessions, transient_start_failure, mpirun_env
+from launch.driver.mpirun import purge_stale_segments, purge_stale_sessions, transient_start_failure, mpirun_env
 from psmodes.pidfiles import alive
 
 AHEAD = 400  # pids planted ahead of the next one: the launcher forks a few processes before mpirun
@@ -67,6 +69,28 @@ def test_purge_removes_only_the_dead_sessions_of_this_user(tmp_path):
         d.mkdir()
     assert purge_stale_sessions(str(tmp_path)) == [str(dead)]
     assert live.is_dir() and other.is_dir() and not dead.exists()
+
+
+def test_purge_removes_only_the_unmapped_old_segments_of_this_host_and_user(tmp_path):
+    host, uid = os.uname().nodename, os.geteuid()
+
+    def segment(name: str, age_s: float) -> Path:
+        path = tmp_path / name
+        path.write_bytes(bytes(4096))
+        then = time.time() - age_s
+        os.utime(path, (then, then))
+        return path
+
+    stale = segment(f"sm_segment.{host}.{uid}.1f2e0001.0", 600)
+    kept = [segment(f"sm_segment.{host}.{uid}.1f2e0002.0", 1),  # a rank may be about to map it
+            segment(f"sm_segment.{host}.{uid}.1f2e0003.1", 600),  # mapped below: a live rank's
+            segment(f"sm_segment.{host}x.{uid}.1f2e0004.0", 600),  # another host's (a container)
+            segment(f"sm_segment.{host}.{uid + 1}.1f2e0005.0", 600),  # another user's
+            segment("vader_segment.x", 600)]
+    with open(kept[1], "r+b") as fh, mmap.mmap(fh.fileno(), 0):
+        assert purge_stale_segments(str(tmp_path)) == [str(stale)]
+    assert not stale.exists() and all(p.exists() for p in kept)
+    assert purge_stale_segments(str(tmp_path)) == [str(kept[1])]  # no longer mapped
 
 
 def test_the_start_up_failure_is_recognised_and_others_are_not():

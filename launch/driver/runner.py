@@ -37,7 +37,7 @@ from .lifetime import die_with
 from .faults import Injector, close_ssh_masters, kill_route, measure_offset, rank_env, with_rank_env
 from .hosts import is_local, placement_of
 from .kills import schedule
-from .mpirun import START_RETRIES, launch_command, mpirun_env, purge_stale_sessions, transient_start_failure
+from .mpirun import START_RETRIES, launch_command, mpirun_env, purge_leftovers, transient_start_failure
 
 FAILED_GRACE_S = 15.0  # after a rank reports a fatal failure, how long the others get to finish
 RESTART_GRACE_S = 3.0  # the same for a job that ends to be restarted (--recovery job-restart)
@@ -174,7 +174,7 @@ def run_job(cfg: RunConfig, quiet: bool = False, tick=None) -> dict:
 def start(cmd: list[str], run_dir: Path, cfg: RunConfig, header: str | None) -> subprocess.Popen:
     """Starts the job; its output goes to ``mpirun.log``, after the ``header`` line of a job started
     again (a whole-job restart or a start-up failure) and the output of the jobs before it."""
-    purge_stale_sessions()
+    purge_leftovers()
     with open(run_dir / "mpirun.log", "ab" if header else "wb") as out:
         if header:
             out.write(f"\n==== {header} ====\n".encode())

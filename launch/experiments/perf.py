@@ -60,7 +60,7 @@ from psmodes.suspicion import COLD_START_S
 
 from ..analysis.machine import machine_info
 from ..analysis.perfreport import write_perf_report
-from ..driver.mpirun import find_mpirun, mpirun_env, purge_stale_sessions
+from ..driver.mpirun import find_mpirun, mpirun_env, purge_leftovers
 from ..driver.runner import INTERRUPTED, raise_interrupt, run_job, stop_group
 from .chaos import OutsideKiller
 
@@ -286,7 +286,7 @@ class Perf:
             cmd += ["--data-dir", p.data_dir]
         (folder / "command.txt").write_text(" ".join(cmd) + "\n")
         print(f"[perf] {name} ...", file=sys.stderr, flush=True)
-        purge_stale_sessions()
+        purge_leftovers()
         with open(folder / "mpirun.log", "wb") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     env=mpirun_env(), start_new_session=True)
