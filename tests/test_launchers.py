@@ -5,15 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import events, run_ok
+from conftest import events, resumed_from_newest, run_ok
 
 SYN = ["--benchmark", "synthetic", "--model-params", "200000", "--workers", "2", "--eval-interval", "1s",
        "--restart-delay", "2s"]
-
-
-def kill_time(out):
-    (kill,) = events(out, "kill")
-    return kill["t_kill"]
 
 
 def check_checkpoint_recovery(out, s, k):
@@ -22,11 +17,7 @@ def check_checkpoint_recovery(out, s, k):
     assert len(s["kills"]) == 1 and s["kills"][0]["role"] == "ps"
     assert s["detections"] and 0 < s["detections"][0]["latency_s"] < 15
     (rec,) = s["recoveries"]
-    (resume,) = events(out, "resume")
-    written = [c["version"] for c in events(out, "checkpoint") if c["t"] < kill_time(out)]
-    assert resume["from_version"] == max(written), "resumed from a checkpoint other than the newest"
-    in_flight = [c for c in events(out, "checkpoint_start") if c["t"] < kill_time(out)
-                 and c["version"] > resume["from_version"]]
+    _, in_flight = resumed_from_newest(out)
     assert 0 <= rec["lost_steps"] <= (2 * k if in_flight else k), (rec, in_flight)
     assert rec["idle_s"] >= 2.0  # the restart delay at least
     assert s["final_metric"] is not None

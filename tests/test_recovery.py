@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from conftest import ROOT, events, run_ok
+from conftest import ROOT, events, resumed_from_newest, run_ok
 
 SYN = ["--benchmark", "synthetic", "--model-params", "200000", "--workers", "2", "--eval-interval", "1s",
        "--restart-delay", "2s"]
@@ -36,16 +36,12 @@ def test_checkpoint_resumes_from_newest_checkpoint(tmp_path):
     out, s = run_ok(tmp_path, *SYN, "--mode", "checkpoint", "--checkpoint-every", str(k),
                     "--duration", "14s", "--kill-ps", "5s")
     assert len(s["kills"]) == 1 and len(s["recoveries"]) == 1
-    (resume,) = events(out, "resume")
-    written = [c["version"] for c in events(out, "checkpoint") if c["t"] < kill_times(out)[0]]
-    assert resume["from_version"] == max(written), "resumed from a checkpoint other than the newest"
+    resume, in_flight = resumed_from_newest(out)
     rec = s["recoveries"][0]
     (detect,) = leader_detections(out)
     assert rec["lost_steps"] == detect["version"] - resume["from_version"]
     # <= K when the newest checkpoint was durable at the kill; the background write
     # of the next one may still be in flight, adding the steps taken during it
-    in_flight = [c for c in events(out, "checkpoint_start") if c["t"] < kill_times(out)[0]
-                 and c["version"] > resume["from_version"]]
     assert 0 <= rec["lost_steps"] <= (2 * k if in_flight else k), (rec, in_flight)
     assert rec["idle_s"] >= 2.0  # the workers waited for the restart delay
     # but not longer than the outage (from the last exchange, at most a step before the kill): the
