@@ -13,7 +13,7 @@ SYN = ["--benchmark", "synthetic", "--model-params", "200000", "--workers", "2",
 
 def check_checkpoint_recovery(out, s, k):
     """What test_recovery's checkpoint test checks: one kill, one recovery, resumed from
-    the newest checkpoint written before the kill, lost steps bounded."""
+    the newest checkpoint the dead PS made durable (conftest.resumed_from_newest), lost steps bounded."""
     assert len(s["kills"]) == 1 and s["kills"][0]["role"] == "ps"
     assert s["detections"] and 0 < s["detections"][0]["latency_s"] < 15
     (rec,) = s["recoveries"]
