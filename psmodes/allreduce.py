@@ -85,6 +85,11 @@ class Allreducer:
             p.register_post_accumulate_grad_hook(hook(i))
         self.overlapping = True
 
+    def use_grads(self, flat_grads: torch.Tensor) -> None:
+        """After :meth:`overlap`: the buffer the next backward's gradients are views of
+        (:meth:`psmodes.flatparams.FlatParams.use_grads`)."""
+        self.flat_grads = flat_grads
+
     def _launch(self, k: int) -> None:
         b = self.buckets[k]
         b[3] = self.hvd.allreduce_async_(self.flat_grads[b[0]:b[1]], op=self.hvd.Average, name=f"psbench.bucket.{k}")

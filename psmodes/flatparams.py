@@ -39,8 +39,9 @@ class FlatParams:
             n = p.numel()
             self.weights[offset:offset + n].copy_(p.data.reshape(-1))
             p.data = self.weights[offset:offset + n].view_as(p)
-            p.grad = self.grads[offset:offset + n].view_as(p)
             offset += n
+        self._params = params
+        self.use_grads(self.grads)
         # Each buffer is a view of its own ``weights.data``: the same memory, but a version counter of
         # its own. Views of one tensor share one counter, so BatchNorm's in-place update of its running
         # statistics in one layer bumped the version of the tensors an earlier layer had saved for
@@ -53,6 +54,16 @@ class FlatParams:
             module._buffers[name] = view.view(b.shape)
             offset += n
         self.model = model
+
+    def use_grads(self, grads: torch.Tensor) -> None:
+        """Make ``grads`` (``numel`` float32 on the model's device) the buffer that the next backward
+        writes: the parameters' gradients become views of it."""
+        offset = 0
+        for p in self._params:
+            n = p.numel()
+            p.grad = grads[offset:offset + n].view_as(p)
+            offset += n
+        self.grads = grads
 
     @property
     def has_buffers(self) -> bool:

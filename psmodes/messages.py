@@ -9,7 +9,7 @@ knows a field's position: the rest of psmodes reads ``msg.version``, never ``hdr
 | message | from -> to | tag | payload that follows |
 | --- | --- | --- | --- |
 | :class:`Hello` | leader / async worker -> PS | TO_PS | the pending gradient (``pending``); a stateless hand-over's weights and ``vectors`` buffered updates (HANDOVER) |
-| :class:`Grad` | leader / async worker -> PS | TO_PS | the gradient (none when ``in_mailbox``: :mod:`psmodes.mailbox`) |
+| :class:`Grad` | leader / async worker -> PS | TO_PS | the gradient (none when in a ``mailbox_slot``: :mod:`psmodes.mailbox`) |
 | :class:`Answer` | PS -> leader / async worker | FROM_PS | the weights, when ``weights`` |
 | :class:`Ready` | stateless replacement PS -> workers | FROM_PS | none |
 | :class:`Snapshot` | PS -> evaluator | EVAL | the weights |
@@ -74,12 +74,12 @@ class Message:
 
 @dataclass(frozen=True)
 class Grad(Message):
-    """A gradient computed on weights of ``version``; the payload follows, or (``in_mailbox``)
-    is in the leader's shared buffer that the PS mapped (:mod:`psmodes.mailbox`)."""
+    """A gradient computed on weights of ``version``; the payload follows (``mailbox_slot`` -1),
+    or is in that slot of the leader's shared buffer that the PS mapped (:mod:`psmodes.mailbox`)."""
     KIND: ClassVar[int] = 1
     version: int
     worker: int = 0  # the sender's worker index (async: the PS answers each worker on its own)
-    in_mailbox: bool = False
+    mailbox_slot: int = -1
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,7 @@ class ParameterServer:
         self.opt = opt
         self.prev = prev  # (version, weights) kept by a promoted replica, for reconciliation
         self.grad = torch.zeros(self.numel)
-        self.mailbox: torch.Tensor | None = None  # the leader's gradient buffer, when it is on this host
+        self.mailbox: list[torch.Tensor] | None = None  # the leader's gradient slots, when it is on this host
         self.mode = ctx.mode
         self.awaiting_handover = False  # a fresh replacement whose state comes from the workers (stateless)
         self.t0_ms = t0_ms
@@ -130,10 +130,10 @@ class ParameterServer:
                 self._hello(msg)
                 continue
             t0 = time.perf_counter()
-            if msg.in_mailbox:  # read in place by the SGD step; the leader writes it again after the answer
+            if msg.mailbox_slot >= 0:  # read in place by the SGD step; the leader writes it again after the answer
                 if self.mailbox is None:
                     raise RunFailed("a gradient in a mailbox this PS has not mapped")
-                grad = self.mailbox
+                grad = self.mailbox[msg.mailbox_slot]
                 self.timing.from_mailbox += 1
             else:
                 grad = self.grad

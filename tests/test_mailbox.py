@@ -13,8 +13,8 @@ from psmodes.mailbox import Mailbox, attach
 READ_IN_ANOTHER_PROCESS = """
 import sys
 from psmodes.mailbox import attach
-t = attach(*map(int, sys.argv[1:5]))
-print("none" if t is None else float(t.sum()))
+slots = attach(*map(int, sys.argv[1:5]))
+print("none" if slots is None else " ".join(str(float(t.sum())) for t in slots))
 """
 
 
@@ -25,12 +25,14 @@ def read_elsewhere(pid: int, fd: int, token: int, numel: int) -> str:
     return proc.stdout.strip()
 
 
-def test_another_process_reads_what_the_leader_wrote():
+def test_another_process_reads_what_the_leader_wrote_in_each_slot():
     box = Mailbox(1000)
-    box.tensor.copy_(torch.arange(1000.0))
-    assert read_elsewhere(*box.address, 1000) == str(float(sum(range(1000))))
-    box.tensor.mul_(2)  # the same memory, not a copy taken at attach
-    assert read_elsewhere(*box.address, 1000) == str(float(2 * sum(range(1000))))
+    total = float(sum(range(1000)))
+    box.slots[0].copy_(torch.arange(1000.0))
+    box.slots[1].fill_(1.0)
+    assert read_elsewhere(*box.address, 1000) == f"{total} 1000.0"
+    box.slots[0].mul_(2)  # the same memory, not a copy taken at attach; the slots do not overlap
+    assert read_elsewhere(*box.address, 1000) == f"{2 * total} 1000.0"
 
 
 def test_nothing_but_the_named_buffer_is_taken():

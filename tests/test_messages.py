@@ -36,7 +36,7 @@ def test_kinds_are_unique_and_fields_fit_the_header():
 def test_layouts_on_the_wire_are_what_both_sides_expect():
     # the sync answer's first slots are what they were before the message types
     assert list(m.Answer(7, True, 123, weights=False).to_header()[:5]) == [2, 7, 1, 123, 0]
-    assert list(m.Grad(5, worker=3).to_header()) == [1, 5, 3] + [0] * (m.HEADER_LEN - 3)
+    assert list(m.Grad(5, worker=3).to_header()) == [1, 5, 3, -1] + [0] * (m.HEADER_LEN - 4)  # -1: no mailbox slot
     assert list(m.Hello(-1).to_header()) == [7, -1] + [0] * (m.HEADER_LEN - 2)
 
 
