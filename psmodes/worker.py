@@ -182,8 +182,8 @@ class Worker:
     def _compute(self) -> float:
         t0 = time.perf_counter()
         if self.grad_slots is not None and self.grad_host is self.sent_grad:
-            # the PS may be reading the last gradient (or a Hello re-send it): this one goes into the
-            # other slot, whose gradient was answered before the last one was posted
+            # the PS may be reading the last gradient, or a Hello may re-send it: this one goes into
+            # the other slot, whose gradient was answered before the last one was posted
             self._use_slot(1 - self.slot)
         idx = next(self.batches)
         inputs = self.ctx.workload.to_inputs(self.x[idx]).to(self.ctx.device, non_blocking=True)
