@@ -25,7 +25,7 @@ class Ev(StrEnum):
     START = "start"                    # role, pid, rank, size, threads, generation, device, host
     ROLE = "role"                      # pid, host, rank, role, generation: the pid file the injector reads
     FAILED = "failed"                  # reason (traceback for a bug): the rank ends
-    DONE = "done"                      # completed, version, digest; sync workers: ctrl_wait_s
+    DONE = "done"                      # completed, version, digest; sync workers: ctrl_wait_s, early_headers
     USAGE = "usage"                    # cpu_s, wall_s, maxrss_mb, at exit
     DETECT = "detect"                  # via, error, t_detect, dead / version: a death was detected
     RESPAWNED = "respawned"            # spawned, from_spares, seconds, attempts, generation, refill
