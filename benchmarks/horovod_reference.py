@@ -111,7 +111,9 @@ def main(argv: list[str] | None = None) -> int:
                   "batch_size": workload.batch_size, "samples_per_s": samples / (t_end - t0),
                   "train_s": t_end - t0, "loss": loss_value, "device": str(device),
                   "threads": torch.get_num_threads(), "usage": usage,
-                  "compute_s": float(np.median(compute_s)), "sync_step_s": float(np.median(step_s))}
+                  "compute_s": float(np.median(compute_s)), "sync_step_s": float(np.median(step_s)),
+                  # each iteration's time: the tail of slow steps, set beside psbench's leader's (psbench perf)
+                  "iteration_s": [round(c + s, 6) for c, s in zip(compute_s, step_s)]}
         with open(a.out, "w") as fh:
             json.dump(result, fh, indent=2)
     hvd.shutdown()

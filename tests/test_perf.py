@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from launch.analysis.perfreport import (_memory_section, _misses_section, _scale_section, floor_seconds, targets,
-                                       throughput_ratios)
+from launch.analysis.perfreport import (_memory_section, _misses_section, _scale_section, _throughput_section,
+                                       floor_seconds, targets, throughput_ratios)
 
 PSBENCH = [sys.executable, "-m", "launch.cli"]
 
@@ -87,6 +87,17 @@ def test_the_control_headers_own_latency_is_the_workers_wait_less_the_leaders_pa
          "ps_timing": {"recv_s": 0.001, "apply_s": 0.001, "send_s": 0.0001}}]}
     text = "\n".join(_misses_section(results, targets(results)))
     assert "the header's own latency: 0.30 ms" in text
+
+
+def test_the_throughput_table_shows_each_variants_tail_of_slow_steps():
+    results = {"plan": {"workers": 2}, "throughput": [
+        {"variant": "reference", "rep": 0, "samples_per_s": 1000.0, "leader": {"step_s": 0.010, "mean_step_s": 0.0101}},
+        {"variant": "none", "rep": 0, "samples_per_s": 900.0, "leader": {"step_s": 0.010, "mean_step_s": 0.0112}},
+        {"variant": "stateless", "rep": 0, "samples_per_s": 900.0}]}  # a run without its steps: no figure
+    lines = [line for line in _throughput_section(results, [])[2].splitlines() if not line.startswith("|:")]
+    header, *rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in lines]
+    tail = {row[0]: row[header.index("mean / median step")] for row in rows}
+    assert tail == {"Horovod, no PS (reference)": "1.010", "none": "1.120", "stateless": "n/a"}
 
 
 def test_a_miss_within_the_noise_is_not_blamed_on_replication():

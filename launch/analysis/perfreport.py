@@ -406,6 +406,14 @@ def _noise_misses(results: dict, missed: list[str]) -> list[str]:
     return out
 
 
+def _tail_ratio(run: dict) -> float | None:
+    """A run's mean step over its median (perf's _tail): 1 without slow steps."""
+    leader = run.get("leader") or {}
+    if not leader.get("mean_step_s") or not leader.get("step_s"):
+        return None
+    return leader["mean_step_s"] / leader["step_s"]
+
+
 def _throughput_section(results: dict, plots: list[str]) -> list[str]:
     ratios = throughput_ratios(results)
     by_variant: dict[str, list] = {}
@@ -419,13 +427,16 @@ def _throughput_section(results: dict, plots: list[str]) -> list[str]:
             "samples/s": _spread([r.get("samples_per_s") for r in runs], "{:.0f}"),
             "ratio": ("none / this: " if variant == "reference" else "") + (_spread(ratios.get(variant, []))
                                                                             if variant != "none" else "1"),
+            "mean / median step": _spread([_tail_ratio(r) for r in runs]),
             "PS recv / apply / after / send (ms)": " / ".join(
                 _med_ms([t.get(k) for t in timing]) for k in ("recv_s", "apply_s", "after_s", "send_s"))
             if variant != "reference" else "-",
             "completed": f"{sum(1 for r in runs if r.get('completed', True))}/{len(runs)}"})
     out = ["## Throughput without failures", "", _table(rows), "",
            "`after` is what the PS does after the SGD step and before it answers: the chain replication "
-           "(with K=1 the wait for the tail's acknowledgement) or the checkpoint's in-memory copy.", ""]
+           "(with K=1 the wait for the tail's acknowledgement) or the checkpoint's in-memory copy. "
+           "`mean / median step` is the tail of slow steps (the leader's steps; Horovod: rank 0's iterations) "
+           "that samples/s carries and a median hides; the ratios read samples/s.", ""]
     if "throughput.png" in plots:
         out += ["![throughput ratios](throughput.png)", ""]
     return out
