@@ -141,6 +141,12 @@ def test_quick_perf_measures_every_section(tmp_path):
     results = json.loads((runs / "perf.json").read_text())
     by = {(r["variant"], r["rep"]): r for r in results["throughput"]}
     assert by[("reference", 0)]["samples_per_s"] > 0
+    # each run's tail of slow steps: the reference's iterations, the leader's steps
+    for variant in ("reference", "none"):
+        leader = by[(variant, 0)]["leader"]
+        assert 0 < leader["step_s"] and 0 < leader["mean_step_s"], (variant, leader)
+    speed = results["cpu_speed"]  # the machine's own speed, probed on every core before the runs
+    assert speed["cores"] >= 1 and 0 < speed["min"] <= speed["median"] <= speed["max"], speed
     for variant in ("none", "checkpoint K=10", "chain K=1 R=1", "stateless"):
         run = by[(variant, 0)]
         assert run["completed"] and run["samples_per_s"] > 0, variant
@@ -176,6 +182,7 @@ def test_quick_perf_measures_every_section(tmp_path):
                     "## PS time per update against the memory-bandwidth floor", "## Memory", "## CPU time per rank"):
         assert heading in text
     assert "PS overhead (none / Horovod)" in text and "Quick mode" in text
+    assert "The machine's speed before the runs" in text and "mean / median step" in text
     assert "hung PS: detection p50" in text and "hang (SIGSTOP, fenced)" in text
     assert "checkpoint recovery p50 with a spare" in text and "waiting spare" in text
     assert (report / "throughput.png").stat().st_size > 0 and (report / "scaling.png").stat().st_size > 0

@@ -329,6 +329,13 @@ def render(results: dict, runs: Path, plots: list[str]) -> str:
              "(an evaluator rank would compete with the workers for the cores, and the reference has none). "
              f"Throughput: {plan.get('reps')} repetitions of {plan.get('steps')} updates, every variant once per "
              "repetition, interleaved; a ratio is taken within a repetition and shown as median (min-max).", ""]
+    speed = results.get("cpu_speed")
+    if speed:
+        lines += [f"The machine's speed before the runs: {speed['min']:.0f}-{speed['max']:.0f} GFLOP/s a core (median "
+                  f"{speed['median']:.0f}; a single-threaded matmul on each of its {speed['cores']} cores at once, "
+                  f"sampled every 0.5 s for {speed['seconds']:.0f} s). Where min and max are far apart, the cores "
+                  "change speed by themselves (shared VMs), and a ratio of two runs carries that noise: the "
+                  "repetitions' range shows how much.", ""]
     for note in results.get("notes", []):
         lines += [f"**Note**: {note}", ""]
     if results.get("plan", {}).get("quick"):

@@ -220,6 +220,51 @@ def memory_bandwidth(nbytes: int = 256 << 20, reps: int = 5) -> float:
     return 2 * nbytes / best
 
 
+# one core's GFLOP/s, sampled: a 256x256 float32 matmul, single-threaded, printed every SAMPLE_S seconds
+_SPEED_PROBE = """
+import json, os, sys, time
+import numpy as np
+os.sched_setaffinity(0, {int(sys.argv[1])})
+a = np.random.default_rng(0).standard_normal((256, 256), dtype=np.float32)
+out, end = [], time.time() + float(sys.argv[2])
+while time.time() < end:
+    t0, n = time.perf_counter(), 0
+    while time.perf_counter() - t0 < float(sys.argv[3]):
+        a @ a
+        n += 1
+    out.append(n * 2 * 256 ** 3 / (time.perf_counter() - t0) / 1e9)
+print(json.dumps(out))
+"""
+
+
+def cpu_speed(seconds: float = 10.0, sample_s: float = 0.5) -> dict | None:
+    """Every core's speed over ``seconds``, all at once, before the runs: GFLOP/s samples of a
+    single-threaded matmul, every ``sample_s``. On this project's shared VMs a vCPU's speed halved and
+    came back within seconds with no steal reported in /proc/stat (2026-12-05, AMD EPYC: 15-36
+    GFLOP/s on each core, phases of 2-8 s): runs of tens of seconds carry that, and the report says how
+    much the machine moved. None where the probe could not run."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    cores = sorted(os.sched_getaffinity(0))
+    procs = [subprocess.Popen([sys.executable, "-c", _SPEED_PROBE, str(c), str(seconds), str(sample_s)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
+             for c in cores]
+    samples = []
+    try:
+        for proc in procs:
+            samples += json.loads(proc.communicate(timeout=seconds + 60)[0])
+    except (subprocess.TimeoutExpired, ValueError):
+        return None
+    finally:  # Ctrl-C or SIGTERM too: no probe outlives the session
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    if not samples:
+        return None
+    return {"cores": len(cores), "seconds": seconds, "min": min(samples), "median": float(np.median(samples)),
+            "max": max(samples)}
+
+
 def disk_bandwidth(folder: Path, nbytes: int = 128 << 20) -> float:
     """Bytes per second of a buffered write + fsync of ``nbytes`` into ``folder``, best of 2."""
     data = np.ones(nbytes, dtype=np.uint8).tobytes()
@@ -501,6 +546,7 @@ def cmd_perf(a: argparse.Namespace) -> int:
     # one run and the session went on with the next)
     previous_term = signal.signal(signal.SIGTERM, raise_interrupt)
     try:
+        perf.results["cpu_speed"] = cpu_speed(3.0 if plan.quick else 10.0)
         for name in plan.sections:
             getattr(perf, name)()
     finally:
