@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from launch.analysis.perfreport import (_memory_section, _misses_section, _scale_section, _throughput_section,
-                                       floor_seconds, targets, throughput_ratios)
+                                       floor_seconds, render, targets, throughput_ratios)
 
 PSBENCH = [sys.executable, "-m", "launch.cli"]
 
@@ -98,6 +98,16 @@ def test_the_throughput_table_shows_each_variants_tail_of_slow_steps():
     header, *rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in lines]
     tail = {row[0]: row[header.index("mean / median step")] for row in rows}
     assert tail == {"Horovod, no PS (reference)": "1.010", "none": "1.120", "stateless": "n/a"}
+
+
+def test_a_session_of_some_sections_leaves_the_others_out_of_the_report(tmp_path):
+    results = {"plan": {"workers": 2, "sections": ["throughput"]}, "throughput": [
+        {"variant": "reference", "rep": 0, "samples_per_s": 1000.0},
+        {"variant": "none", "rep": 0, "samples_per_s": 960.0, "completed": True}]}
+    text = render(results, tmp_path, [])
+    assert "## Throughput without failures" in text and "| 0.960 " in text
+    assert "## Failure costs" not in text and "## PS time per update" not in text
+    assert "## Failure costs" in render({**results, "plan": {"workers": 2}}, tmp_path, [])  # older perf.json: all
 
 
 def test_a_miss_within_the_noise_is_not_blamed_on_replication():

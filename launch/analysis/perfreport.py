@@ -346,8 +346,11 @@ def render(results: dict, runs: Path, plots: list[str]) -> str:
     lines += _misses_section(results, rows)
     lines += _throughput_section(results, plots)
     lines += _scale_section(results)
-    lines += _failure_section(results)
-    lines += _scaling_section(results, plots)
+    # a session that measured some sections (--only) leaves the others out, not as empty tables;
+    # the targets table says "not measured" (a perf.json without the plan's sections measured all)
+    measured = plan.get("sections") or ("failures", "scaling")
+    lines += _failure_section(results) if "failures" in measured else []
+    lines += _scaling_section(results, plots) if "scaling" in measured else []
     lines += _memory_section(results)
     lines += _cpu_section(results)
     return "\n".join(lines) + "\n"
