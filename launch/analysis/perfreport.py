@@ -333,7 +333,7 @@ def render(results: dict, runs: Path, plots: list[str]) -> str:
     if speed:
         lines += [f"The machine's speed before the runs: {speed['min']:.0f}-{speed['max']:.0f} GFLOP/s a core (median "
                   f"{speed['median']:.0f}; a single-threaded matmul on each of its {speed['cores']} cores at once, "
-                  f"sampled every 0.5 s for {speed['seconds']:.0f} s). Where min and max are far apart, the cores "
+                  f"sampled every {speed.get('sample_s', 0.5):g} s for {speed['seconds']:.0f} s). Where min and max are far apart, the cores "
                   "change speed by themselves (shared VMs), and a ratio of two runs carries that noise: the "
                   "repetitions' range shows how much.", ""]
     for note in results.get("notes", []):

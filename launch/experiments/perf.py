@@ -220,7 +220,8 @@ def memory_bandwidth(nbytes: int = 256 << 20, reps: int = 5) -> float:
     return 2 * nbytes / best
 
 
-# one core's GFLOP/s, sampled: a 256x256 float32 matmul, single-threaded, printed every SAMPLE_S seconds
+# one core's GFLOP/s (argv: the core, seconds, seconds a sample): a 256x256 float32 matmul, single-threaded,
+# the samples printed as one JSON list at the end
 _SPEED_PROBE = """
 import json, os, sys, time
 import numpy as np
@@ -261,8 +262,8 @@ def cpu_speed(seconds: float = 10.0, sample_s: float = 0.5) -> dict | None:
                 proc.wait()
     if not samples:
         return None
-    return {"cores": len(cores), "seconds": seconds, "min": min(samples), "median": float(np.median(samples)),
-            "max": max(samples)}
+    return {"cores": len(cores), "seconds": seconds, "sample_s": sample_s, "min": min(samples),
+            "median": float(np.median(samples)), "max": max(samples)}
 
 
 def disk_bandwidth(folder: Path, nbytes: int = 128 << 20) -> float:
