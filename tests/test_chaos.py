@@ -154,14 +154,15 @@ def test_chaos_refuses_bad_input_before_starting(tmp_path):
 
 
 def test_chaos_short_real_trials(tmp_path):
-    """Two real trials (mpirun, SIGKILLs) per recovery mode; the table and exit status 0."""
+    """A real trial (mpirun, SIGKILLs) per recovery mode; the table and exit status 0. (Two each until
+    2026-12-05: 144 s of the suite; the trials' long runs are psbench chaos's, quoted in the notes.)"""
     out = tmp_path / "chaos"
-    proc = psbench("chaos", "--mode", "checkpoint,chain,stateless", "--trials", "2", "--seed", "11",
+    proc = psbench("chaos", "--mode", "checkpoint,chain,stateless", "--trials", "1", "--seed", "11",
                    "--duration", "6s", "--out", str(out), timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "invariant violations" in proc.stdout and "slowest recovery" in proc.stdout and "Open MPI crash" in proc.stdout
     trials = json.loads((out / "chaos.json").read_text())["trials"]
-    assert len(trials) == 6 and all(not t["violations"] for t in trials)
+    assert len(trials) == 3 and all(not t["violations"] for t in trials)
 
 
 def test_ctrl_c_ends_the_trials_not_just_one(tmp_path):

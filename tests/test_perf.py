@@ -157,7 +157,7 @@ def test_quick_perf_measures_every_section(tmp_path):
         assert 0 < leader["step_s"] and 0 < leader["mean_step_s"], (variant, leader)
     speed = results["cpu_speed"]  # the machine's own speed, probed on every core before the runs
     assert speed["cores"] >= 1 and 0 < speed["min"] <= speed["median"] <= speed["max"], speed
-    for variant in ("none", "checkpoint K=10", "chain K=1 R=1", "stateless"):
+    for variant in ("none", "chain K=1 R=1"):
         run = by[(variant, 0)]
         assert run["completed"] and run["samples_per_s"] > 0, variant
         # every process reported its CPU time and peak RSS; the PS its per-update timing
@@ -228,14 +228,18 @@ def test_sigterm_ends_the_session_not_just_one_run(tmp_path):
     from launch.experiments.chaos import leftover_processes
 
     runs = tmp_path / "runs"
-    proc = subprocess.Popen(PSBENCH + ["perf", "--only", "throughput", "--variants", "none", "--reps", "2",
-                                       "--steps", "3000", "--runs", str(runs), "--out", str(tmp_path / "report")],
+    # the synthetic model, 1000 steps and --quick's short speed probe: the reference before none-r0 takes
+    # seconds, not the 140 s of its 3000 CNN steps on a slower machine (2026-12-05); none-r0 is still
+    # starting its other ranks when worker0's events appear
+    proc = subprocess.Popen(PSBENCH + ["perf", "--quick", "--only", "throughput", "--variants", "none", "--reps", "2",
+                                       "--benchmark", "synthetic", "--steps", "1000", "--runs", str(runs),
+                                       "--out", str(tmp_path / "report")],
                             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 180
     while not list(runs.glob("none-r0/events/worker0.jsonl")) and time.monotonic() < deadline:
         time.sleep(0.5)
-    time.sleep(2)
+    time.sleep(1)
     proc.send_signal(signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stdout + stderr

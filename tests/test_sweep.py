@@ -178,16 +178,16 @@ def test_kept_runs_resume_elsewhere_and_another_configuration_is_refused(tmp_pat
 
 @pytest.mark.slow
 def test_paper_sweep_end_to_end_reduced(tmp_path):
-    """paper.toml's design (3 modes x 0/1/2 PS kills) at 24 s per run, one seed, synthetic.
-    Consistency is fixed to sync (one of the file's two values) to keep the test short. The
-    kills are at 33% and 67% of the run: 24 s leaves a replacement (spawned at once) 8 s to come
-    up before the second kill. At 16 s (5.3 s between the kills) chain's new replica was not up
-    in time on a slower machine (AMD EPYC, AVX2 only; 2026-12-05): 6.2 s from the first kill to its
-    first event, so the second kill found the state in no replica and the run failed, rightly."""
+    """paper.toml's modes, each with one PS kill at half of a 12 s run, one seed, synthetic: the file's
+    base, the grid's modes, a kill schedule given as a share of --duration, and the report from them.
+    The command line fixes consistency and the kill schedule (the design's 54 runs are checked with
+    --dry-run above; its 0/1/2-kill runs are measured in reports/paper/). Until 2026-12-05 this ran
+    the 9 runs of every mode and kill count, 314 s of a suite that took 67 minutes on a slower machine;
+    the second kill of one run is tested in test_recovery.py."""
     out, report = tmp_path / "paper", tmp_path / "report"
     args = ("sweep", "benchmarks/sweeps/paper.toml", "--benchmark", "synthetic", "--model-params", "20000",
-            "--duration", "24s", "--eval-interval", "2s", "--restart-delay", "0s", "--consistency", "sync",
-            "--seeds", "0", "--out", str(out), "--report-dir", str(report))
+            "--duration", "12s", "--eval-interval", "2s", "--restart-delay", "0s", "--consistency", "sync",
+            "--kill-ps", "50%", "--seeds", "0", "--out", str(out), "--report-dir", str(report))
     proc = psbench(*args, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     crashed = [r for r in (out / "runs").iterdir() if open_mpi_crashed(r)]
@@ -198,17 +198,15 @@ def test_paper_sweep_end_to_end_reduced(tmp_path):
         proc = psbench(*args, timeout=900)  # the sweep resumes: only the removed runs run again
         assert proc.returncode == 0, proc.stdout + proc.stderr
     names = sorted(p.name for p in (out / "runs").iterdir())
-    assert len(names) == 9 and not any(n.endswith(".partial") for n in names), names
+    assert names == [f"{m}-kills1-sync-s0" for m in ("chain", "checkpoint", "stateless")], names
     for name in names:
         s = json.loads((out / "runs" / name / "summary.json").read_text())
-        want = int(name.split("-kills")[1][0])
-        assert len(s["kills"]) == want, (name, s["kills"], s["kills_not_reached"])
+        assert len(s["kills"]) == 1 and s["recoveries"], (name, s["kills"], s["kills_not_reached"])
         assert s["completed"], (name, s["exit_reason"])
     text = (report / "report.md").read_text()
-    for label in ("checkpoint-kills2", "chain-kills1", "stateless-kills0"):
+    for label in ("checkpoint-kills1", "chain-kills1", "stateless-kills1"):
         assert label in text
     assert "## Findings" in text and "## Cost" in text and "psbench sweep benchmarks/sweeps/paper.toml" in text
-    pngs = sorted(p.name for p in report.glob("accuracy*.png"))
-    assert len(pngs) == 3, pngs  # one per kill schedule
+    assert len(list(report.glob("accuracy*.png"))) == 1  # one per kill schedule
     results = json.loads((report / "results.json").read_text())
-    assert len(results["configs"]) == 9 and len(results["runs"]) == 9
+    assert len(results["configs"]) == 3 and len(results["runs"]) == 3
