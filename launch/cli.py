@@ -63,9 +63,10 @@ def cmd_run(a: argparse.Namespace) -> int:
             print(placement_of(cfg).table(), file=sys.stderr)
         print(shlex.join(launch_command(cfg)))
         return 0
-    summary = run_job(cfg, quiet=a.quiet)
+    summary = run_job(cfg, quiet=a.quiet, report=not a.no_report)
     print(f"run directory: {cfg.run_dir}")
-    print(f"report: {Path(cfg.run_dir) / 'report.md'}")
+    if not a.no_report:
+        print(f"report: {Path(cfg.run_dir) / 'report.md'}")
     value, name = summary["final_metric"], summary["metric"]["name"]
     print(f"completed: {summary['completed']}  final {name}: {value if value is None else round(value, 4)}  "
           f"samples/s: {summary['samples_per_s']}  ({summary['exit_reason']})")

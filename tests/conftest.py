@@ -57,15 +57,20 @@ def psbench(*args: str, timeout: float = 600, env: dict | None = None) -> subpro
 OPEN_MPI_CRASH = "ompi_comm_revoke_local"
 
 
-def run_ok(tmp_path: Path, *args: str, name: str = "run", expect_complete: bool = True, timeout: float = 600):
+def run_ok(tmp_path: Path, *args: str, name: str = "run", expect_complete: bool = True, timeout: float = 600,
+           report: bool = False):
+    """A ``psbench run``; without its report.md unless ``report`` (rendering it took the launcher 2 s a
+    run on a slow machine, a tenth of the suite; tests/test_report.py and those given report=True
+    read it)."""
     out = tmp_path / name
-    proc = psbench("run", "--quiet", "--out", str(out), *args, timeout=timeout)
+    args = ("--quiet", "--out", str(out), *args, *([] if report else ["--no-report"]))
+    proc = psbench("run", *args, timeout=timeout)
     summary_path = out / "summary.json"
     if expect_complete and open_mpi_crashed(out):
         crashed = out.with_name(f"{name}-open-mpi-crash")
         out.rename(crashed)
         warnings.warn(f"Open MPI crashed ({OPEN_MPI_CRASH}; {crashed}/mpirun.log): the run is repeated once")
-        proc = psbench("run", "--quiet", "--out", str(out), *args, timeout=timeout)
+        proc = psbench("run", *args, timeout=timeout)
     assert summary_path.exists(), f"no summary.json\nstdout:{proc.stdout}\nstderr:{proc.stderr}\n" + mpirun_log(out)
     summary = json.loads(summary_path.read_text())
     if expect_complete:

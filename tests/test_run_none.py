@@ -13,7 +13,7 @@ SYN = ["--benchmark", "synthetic", "--model-params", "50000", "--workers", "2"]
 
 
 def test_synthetic_run_writes_everything(tmp_path):
-    out, s = run_ok(tmp_path, *SYN, "--steps", "300", "--eval-interval", "0.5s")
+    out, s = run_ok(tmp_path, *SYN, "--steps", "300", "--eval-interval", "0.5s", report=True)
     assert SUMMARY_KEYS <= set(s)
     assert s["steps"] == 300 and s["mode"] == "none" and s["workers"] == 2
     assert s["kills"] == [] and s["detections"] == [] and s["recoveries"] == []
@@ -35,7 +35,8 @@ def test_synthetic_run_writes_everything(tmp_path):
 def test_same_seed_same_weights(tmp_path):
     digests = []
     for name, seed in (("a", "3"), ("b", "3"), ("c", "4")):
-        out, _ = run_ok(tmp_path, *SYN, "--steps", "150", "--seed", seed, "--workers", "3", name=name)
+        out, _ = run_ok(tmp_path, *SYN, "--steps", "150", "--seed", seed, "--workers", "3", "--no-evaluator",
+                        name=name)
         (done,) = events(out, "done", "ps")
         digests.append(done["digest"])
         # the PS answers with the version only and every worker applies the averaged gradient itself:
@@ -56,8 +57,9 @@ def test_with_momentum_the_weights_travel(tmp_path):
 
 
 def test_no_evaluator_final_metric_from_ps(tmp_path):
-    _, s = run_ok(tmp_path, *SYN, "--steps", "100", "--no-evaluator")
+    out, s = run_ok(tmp_path, *SYN, "--steps", "100", "--no-evaluator")  # and --no-report (run_ok's default)
     assert s["final_metric"] is not None and s["completed"]
+    assert (out / "summary.json").exists() and not (out / "report.md").exists()
 
 
 @pytest.mark.slow

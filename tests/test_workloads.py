@@ -93,7 +93,7 @@ def test_gpt_tiny_trains_through_a_chain_takeover_scored_by_perplexity(tmp_path)
     its metric: perplexity, lower is better."""
     out, s = run_ok(tmp_path, "--benchmark", "gpt-tiny", "--workers", "2", "--mode", "chain", "--replicas", "1",
                     "--steps", "40", "--kill-ps", "point:apply@15", "--eval-interval", "2s",
-                    "--restart-delay", "1s", "--deadline", "150s")
+                    "--restart-delay", "1s", "--deadline", "150s", report=True)
     assert json.loads((out / "config.json").read_text())["optimizer"] == "adamw"
     assert s["metric"] == {"name": "perplexity", "higher_is_better": False}
     assert len(s["kills"]) == 1 and s["recoveries"][0]["lost_steps"] == 0

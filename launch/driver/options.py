@@ -55,6 +55,8 @@ LAUNCHER_OPTIONS = (
            "is to oversubscribe)", field="oversubscribe", default=False, launcher=True),
     Option("--dry-run", "execution", "print the mpirun command line and exit", default=False, launcher=True),
     Option("--quiet", "execution", "no progress line", default=False, launcher=True),
+    Option("--no-report", "execution", "no report.md and plot at the end (`psbench report DIR` renders one "
+           "later); summary.json is written either way", default=False, launcher=True),
     Option("--hostfile", "clusters", "Open MPI hostfile (`host slots=N` a line); see hostfiles/", field="hosts",
            launcher=True),
     Option("--hosts", "clusters", "hosts and slots, e.g. node1:4,node2:4 (inside Slurm: the allocation by "

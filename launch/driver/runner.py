@@ -85,9 +85,11 @@ def measure_offsets(cfg: RunConfig, placement, log) -> None:
 INTERRUPTED = "interrupted by the user"  # the exit reason of a run stopped by SIGINT/SIGTERM
 
 
-def run_job(cfg: RunConfig, quiet: bool = False, tick=None) -> dict:
+def run_job(cfg: RunConfig, quiet: bool = False, tick=None, report: bool = True) -> dict:
     """Runs the job of ``cfg`` to its end and returns its summary. ``tick(elapsed_s,
-    ps_step)`` is called about ten times a second (a sweep's progress bar).
+    ps_step)`` is called about ten times a second (a sweep's progress bar). ``report=False``
+    (``--no-report``): no report.md and plot, whose matplotlib and pandas cost the launcher
+    about 2 s a run on a slow machine (the tests' runs, 2026-12-05).
 
     ``--recovery job-restart``: when the job ends because the PS was killed and
     training is not finished, the launcher waits ``--restart-delay`` and starts
@@ -167,7 +169,8 @@ def run_job(cfg: RunConfig, quiet: bool = False, tick=None) -> dict:
     log.close()
     summary = summarize(run_dir, exit_reason=watch.exit_reason, wall_s=time.time() - t_start)
     write_summary(run_dir, summary)
-    write_run_report(run_dir)
+    if report:
+        write_run_report(run_dir)
     return summary
 
 
