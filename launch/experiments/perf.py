@@ -102,8 +102,7 @@ QUICK_SCALE_VARIANTS = ("none",)
 SCALE_UPDATE_BYTES = 8e9  # a scale point's steps: about this many gradient bytes, within [MIN_SCALE_STEPS, --steps]
 MIN_SCALE_STEPS = 30
 SECTIONS = ("throughput", "scale", "failures", "scaling", "memory")
-PAUSE_S = 3.0  # between two measured runs; --quick's figures are not compared, its pause is short
-QUICK_PAUSE_S = 0.5
+PAUSE_S = 3.0  # between two measured runs (--quick's figures are not compared: 0.5 s)
 
 
 @dataclass
@@ -114,6 +113,8 @@ class Plan:
     sizes: list[int] = field(default_factory=lambda: [1_000_000, 10_000_000, 100_000_000])
     kills: int = 4
     kill_gap_s: float = 8.0
+    pause_s: float = PAUSE_S
+    probe_s: float = 10.0           # the machine's speed probe before the runs (cpu_speed)
     failure_kinds: list[str] = field(default_factory=lambda: list(FAILURE_KINDS))
     max_buffered: int = 32
     variants: list[str] = field(default_factory=lambda: [v for v, _ in THROUGHPUT])
@@ -165,6 +166,7 @@ def plan_from_args(a: argparse.Namespace) -> Plan:
         raise ConfigError(f"psbench perf: {exc}") from None
     if a.quick:
         plan.reps, plan.steps, plan.kills, plan.kill_gap_s = 1, 60, 1, 6.0
+        plan.pause_s, plan.probe_s = 0.5, 3.0
         plan.sizes = [200_000, 2_000_000]
         plan.variants, plan.policies = list(QUICK_VARIANTS), ["paper", "sequential"]
         plan.scale_points, plan.scale_variants = [list(p) for p in QUICK_SCALE_POINTS], list(QUICK_SCALE_VARIANTS)
@@ -290,7 +292,6 @@ def disk_bandwidth(folder: Path, nbytes: int = 128 << 20) -> float:
 class Perf:
     def __init__(self, plan: Plan, runs: Path) -> None:
         self.plan, self.runs = plan, runs
-        self.pause_s = QUICK_PAUSE_S if plan.quick else PAUSE_S
         self.results: dict = {"plan": plan.__dict__, "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                               "throughput": [], "scale": [], "failures": [], "scaling": [], "memory": []}
 
@@ -386,7 +387,7 @@ class Perf:
         for rep in range(p.reps):
             # each repetition in its own order: no variant always runs right after another (_ordered)
             for label, fields in _ordered(variants, rep):
-                time.sleep(self.pause_s)  # the previous job's processes are gone, the machine settles
+                time.sleep(p.pause_s)  # the previous job's processes are gone, the machine settles
                 self.results["throughput"].append(self.paired_run(label, fields, rep, p.steps, f"{slug(label)}-r{rep}"))
                 self.save()
 
@@ -400,7 +401,7 @@ class Perf:
             slow = {"peer_timeout_s": 300.0} if (workload.get("model_params") or 0) >= 10_000_000 else {}
             for rep in range(p.reps):
                 for label, fields in _ordered(variants, rep):
-                    time.sleep(self.pause_s)
+                    time.sleep(p.pause_s)
                     run = self.paired_run(label, None if fields is None else {**fields, **slow}, rep, steps,
                                           f"scale-{slug(point)}-{slug(label)}-r{rep}", **workload)
                     self.results["scale"].append({"point": point, "steps": steps, **workload, **run})
@@ -550,7 +551,7 @@ def cmd_perf(a: argparse.Namespace) -> int:
     # one run and the session went on with the next)
     previous_term = signal.signal(signal.SIGTERM, raise_interrupt)
     try:
-        perf.results["cpu_speed"] = cpu_speed(3.0 if plan.quick else 10.0)
+        perf.results["cpu_speed"] = cpu_speed(plan.probe_s)
         for name in plan.sections:
             getattr(perf, name)()
     finally:
