@@ -66,6 +66,28 @@ def test_lr_staleness_run_completes(tmp_path):
                for e in events(out, "step", "worker") if e.get("applied"))
 
 
+@pytest.mark.parametrize("mode", ["checkpoint", "chain", "stateless"])
+def test_async_survives_ps_kill(tmp_path, mode):
+    out, s = run_ok(tmp_path, *SYN, "--consistency", "async", "--mode", mode, "--duration", "14s",
+                    "--kill-ps", "5s")
+    assert len(s["kills"]) == 1 and s["detections"], s
+    (rec,) = s["recoveries"]
+    assert rec["workers"] == 3  # every worker reconnected on its own
+    worker_detects = {d["who"] for d in events(out, "detect", "worker")}
+    assert worker_detects == {"worker0", "worker1", "worker2"}
+    if mode == "chain":
+        assert rec["lost_steps"] == 0 and rec["recovery_s"] < 5
+    if mode == "checkpoint":
+        (resume,) = events(out, "resume")
+        assert rec["idle_s"] >= 2.0 and resume["from_version"] % 100 == 0
+    if mode == "stateless":
+        assert s["buffered_sent"] == s["buffered_applied"] > 0
+        (replayed,) = events(out, "replayed")
+        assert replayed["workers"] == 3
+        assert rec["idle_s"] < 1.5  # the workers trained through the outage
+    assert s["final_metric"] is not None
+
+
 @pytest.mark.parametrize("replay", ["local", "sequential"])
 def test_bounded_stateless_replay_policies(tmp_path, replay):
     out, s = run_ok(tmp_path, *SYN, "--consistency", "bounded:2", "--mode", "stateless", "--replay", replay,
@@ -76,27 +98,9 @@ def test_bounded_stateless_replay_policies(tmp_path, replay):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["checkpoint", "chain", "stateless"])
-def test_async_survives_two_ps_kills(tmp_path, mode):
-    """Every recovery mode with async workers, its PS killed twice: every worker reconnects on its own
-    and the mode keeps its promise at each recovery. (A run with one kill was a test of its own until
-    2026-12-05, 93 s of the suite, checking what each recovery here is checked for.)"""
+def test_async_two_kills(tmp_path, mode):
     out, s = run_ok(tmp_path, *SYN, "--consistency", "async", "--mode", mode, "--duration", "22s",
                     "--kill-ps", "4s,13s")
-    assert len(s["kills"]) == 2 and s["completed"] and s["detections"], s
+    assert len(s["kills"]) == 2 and s["completed"]
     # two outages, or one when the second kill hit the replacement before it took over (a loaded machine)
     assert s["recoveries"] and s["recoveries"][-1]["fault"] == 1, s["recoveries"]
-    assert {d["who"] for d in events(out, "detect", "worker")} == {"worker0", "worker1", "worker2"}
-    for rec in s["recoveries"]:
-        assert rec["workers"] == 3, rec  # every worker reconnected on its own
-        if mode == "chain":
-            assert rec["lost_steps"] == 0 and rec["recovery_s"] < 5, rec
-        if mode == "checkpoint":
-            assert rec["idle_s"] >= 2.0, rec
-        if mode == "stateless":
-            assert rec["idle_s"] < 1.5, rec  # the workers trained through the outage
-    if mode == "checkpoint":
-        assert all(r["from_version"] % 100 == 0 for r in events(out, "resume"))
-    if mode == "stateless":
-        assert s["buffered_sent"] == s["buffered_applied"] > 0
-        assert all(r["workers"] == 3 for r in events(out, "replayed")), events(out, "replayed")
-    assert s["final_metric"] is not None
