@@ -34,8 +34,8 @@ from psmodes import checkpoint as ckpt
 from psmodes.flatparams import digest
 from psmodes.suspicion import COLD_START_S
 
-SYN = ["--benchmark", "synthetic", "--model-params", "200000", "--workers", "2", "--eval-interval", "1s",
-       "--restart-delay", "1s", "--duration", "8s", "--deadline", "120s"]
+SYN_BASE = ["--benchmark", "synthetic", "--model-params", "200000", "--workers", "2", "--eval-interval", "1s",
+            "--restart-delay", "1s", "--deadline", "120s"]
 K = 20
 MODE_ARGS = {
     "checkpoint": ["--mode", "checkpoint", "--checkpoint-every", str(K)],
@@ -43,6 +43,20 @@ MODE_ARGS = {
     "stateless": ["--mode", "stateless", "--replay", "sequential"],
     "hybrid": ["--mode", "hybrid", "--replicas", "2", "--replicate-every", str(K)],
 }
+# How long each mode's runs train: long enough that every kill lands before the end on any machine, or
+# a replacement's first answer is the last, the workers leave, and its kill at 'takeover' ends the run
+# (seen on a slower CI machine with --duration 8s for all: the first repair took most of the 8 s).
+# checkpoint: in steps, as its workers wait out an outage. stateless: its replacement replays up to
+# --max-buffered (256) updates made during the outage, so 600 (at 300 the replay ended the run).
+# chain and hybrid: in time, as training goes on while the new tail is spawned, for seconds
+LENGTH = {"checkpoint": ["--steps", "300"], "stateless": ["--steps", "600"],
+          "chain": ["--duration", "8s"], "hybrid": ["--duration", "8s"]}
+
+
+def syn(mode: str) -> list[str]:
+    """The synthetic run of ``mode`` that the kill points hit."""
+    return [*SYN_BASE, *MODE_ARGS[mode], *LENGTH[mode]]
+
 
 # (mode, case id, extra arguments, number of kills)
 CASES = [
@@ -134,7 +148,7 @@ def check_promise(out, s) -> None:
 
 @pytest.mark.parametrize("mode, case, args, n_kills", CASES, ids=[f"{m}-{c}" for m, c, _, _ in CASES])
 def test_kill_point(tmp_path, mode, case, args, n_kills):
-    out, s = run_ok(tmp_path, *SYN, *MODE_ARGS[mode], *args)
+    out, s = run_ok(tmp_path, *syn(mode), *args)
     check_invariants(out, s, mode, n_kills)
     # each point kill landed at its point, in order
     points = [k["at"].split(":", 1)[1].partition("@")[0] for k in s["kills"] if k["at"].startswith("point:")]
@@ -192,7 +206,7 @@ HANG_CASES = [  # (mode, case id, extra arguments)
 
 @pytest.mark.parametrize("mode, case, args", HANG_CASES, ids=[f"{m}-{c}" for m, c, _ in HANG_CASES])
 def test_hang_point(tmp_path, mode, case, args):
-    out, s = run_ok(tmp_path, *SYN, *MODE_ARGS[mode], *SUSPECT, *args)
+    out, s = run_ok(tmp_path, *syn(mode), *SUSPECT, *args)
     assert s["kills"] == []
     (stop,) = events(out, "killpoint")
     (fault,) = s["faults"]
@@ -219,7 +233,7 @@ def test_a_replacement_stuck_in_mpi_init_is_killed_and_spawned_again(tmp_path):
     file and spawn again, instead of waiting out the outage timeout in the spawn."""
     from psmodes.context import JOIN_STUCK_S
 
-    out, s = run_ok(tmp_path, *SYN, *MODE_ARGS["checkpoint"], "--kill-ps", "point:apply@100",
+    out, s = run_ok(tmp_path, *syn("checkpoint"), "--kill-ps", "point:apply@100",
                     "--hang-ps", "point:replacement_init")
     stuck = [d for f in events(out, "spawn_failed") for d in f["died_before_joining"] if d["stuck"]]
     assert stuck and {d["name"] for d in stuck} == {"ps-gen1"}, events(out, "spawn_failed")
@@ -230,7 +244,7 @@ def test_a_replacement_stuck_in_mpi_init_is_killed_and_spawned_again(tmp_path):
 def test_kill_in_spawn_without_a_replica_left_fails_cleanly(tmp_path):
     """One replica: the promoted head killed in the spawn of the new tail leaves no copy of the
     state. The run ends at once with the chain's one-line reason, not a spawn error or a hang."""
-    out, s = run_ok(tmp_path, *SYN, "--mode", "chain", "--replicas", "1", "--kill-ps", "point:apply@100,point:spawn",
+    out, s = run_ok(tmp_path, *SYN_BASE, *LENGTH["chain"], "--mode", "chain", "--replicas", "1", "--kill-ps", "point:apply@100,point:spawn",
                     expect_complete=False)
     assert not s["completed"] and len(s["kills"]) == 2
     assert "no copy of the PS state survives" in s["exit_reason"], s["exit_reason"]
@@ -240,7 +254,7 @@ def test_kill_in_spawn_without_a_replica_left_fails_cleanly(tmp_path):
 @pytest.mark.parametrize("mode, case, args, n_kills", ASYNC_CASES,
                          ids=["checkpoint-b-send_weights", "chain-a-apply", "stateless-e-replay"])
 def test_kill_point_async(tmp_path, mode, case, args, n_kills):
-    out, s = run_ok(tmp_path, *SYN, *MODE_ARGS[mode], "--consistency", "async", *args)
+    out, s = run_ok(tmp_path, *syn(mode), "--consistency", "async", *args)
     check_invariants(out, s, mode, n_kills)
 
 
@@ -248,7 +262,7 @@ def test_tail_kill_after_a_promotion_hits_the_new_tail(tmp_path):
     """Found by chaos: the promoted head kept its old replica pid file, so a tail kill that came
     before the new tail registered killed the head instead (and the empty new tail then hung the
     run as head). The promoted replica drops its old pid file; the injector waits for the new tail."""
-    out, s = run_ok(tmp_path, *SYN, "--mode", "chain", "--replicas", "1", "--duration", "12s",
+    out, s = run_ok(tmp_path, *SYN_BASE, "--mode", "chain", "--replicas", "1", "--duration", "12s",
                     "--kill-ps", "3s", "--kill-replica", "+2500ms")
     ps_kill, tail_kill = s["kills"]
     assert tail_kill["role"] == "replica1" and tail_kill["generation"] >= 1, s["kills"]
@@ -258,7 +272,7 @@ def test_tail_kill_after_a_promotion_hits_the_new_tail(tmp_path):
 
 
 def test_kill_point_mode_none_fails_cleanly(tmp_path):
-    out, s = run_ok(tmp_path, *SYN, "--mode", "none", "--kill-ps", "point:apply@50", expect_complete=False)
+    out, s = run_ok(tmp_path, *SYN_BASE, "--steps", "300", "--mode", "none", "--kill-ps", "point:apply@50", expect_complete=False)
     assert not s["completed"] and len(s["kills"]) == 1
     assert "PS died" in s["exit_reason"] or "mode none" in s["exit_reason"], s["exit_reason"]
     assert s["wall_s"] < 40
@@ -330,7 +344,7 @@ def test_a_replacement_hung_in_its_hand_over_is_fenced(tmp_path):
     """Found by psbench chaos: the stateless replacement stopped before it answered the leader's
     hand-over was never suspected (that wait carried no suspicion) and the run waited out its peer
     timeout. Now it is fenced once the cold start after the respawn is over, and replaced again."""
-    out, s = run_ok(tmp_path, *SYN, *MODE_ARGS["stateless"], *SUSPECT,
+    out, s = run_ok(tmp_path, *syn("stateless"), *SUSPECT,
                     "--kill-ps", "point:apply@100", "--hang-ps", "point:replay")
     (hang,) = [f for f in s["faults"] if f["kind"] == "hang"]
     (fence,) = events(out, "fence")
@@ -349,7 +363,7 @@ def test_optimizer_state_and_model_buffers_survive_a_chain_takeover_bitwise(tmp_
     """Strict chain replicates the weights, the BatchNorm statistics and AdamW's moments with every
     update, so a run whose head is killed ends with bitwise the weights of the same run without a
     kill: a promoted replica with fresh or stale state would step differently from then on."""
-    base = [*SYN[:-4], "--deadline", "120s", *MODE_ARGS["chain"], *STATEFUL, "--steps", "300", "--no-evaluator"]
+    base = [*SYN_BASE, *MODE_ARGS["chain"], *STATEFUL, "--steps", "300", "--no-evaluator"]
     clean, _ = run_ok(tmp_path, *base, name="clean")
     out, killed = run_ok(tmp_path, *base, "--kill-ps", "point:apply@100", name="killed")
     assert len(killed["kills"]) == 1 and killed["recoveries"][0]["lost_steps"] == 0
@@ -370,7 +384,7 @@ def test_optimizer_state_and_model_buffers_in_checkpoints_and_the_hand_over(tmp_
     # the last step. It ran 8 s until 2026-12-05, and on a slower machine the replacement had too
     # little time after its replay to train back past 0.5 (0.28)
     length = ["--steps", "140", "--checkpoint-every", "50"] if mode == "checkpoint" else ["--steps", "600"]
-    out, s = run_ok(tmp_path, *SYN[:-4], "--deadline", "120s", *MODE_ARGS[mode], *length, *STATEFUL,
+    out, s = run_ok(tmp_path, *SYN_BASE, *MODE_ARGS[mode], *length, *STATEFUL,
                     "--kill-ps", "point:apply@100")
     check_invariants(out, s, mode, 1)
     if mode == "checkpoint":

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import events, run_ok
-from test_killpoints import MODE_ARGS, SYN, check_invariants
+from test_killpoints import MODE_ARGS, SYN_BASE, check_invariants, syn
 
 pytestmark = pytest.mark.slow
 
@@ -23,7 +23,7 @@ def repairs(out) -> list[tuple[list, list]]:
 def test_a_spare_takes_the_ps_and_a_spawn_follows_when_none_is_left(tmp_path):
     """checkpoint: the PS killed at update 100, the spare that took its place killed as it takes
     over; the pool is empty then, so the survivors spawn. Both resume from the newest checkpoint."""
-    out, s = run_ok(tmp_path, *SYN, *MODE_ARGS["checkpoint"], "--spares", "1",
+    out, s = run_ok(tmp_path, *syn("checkpoint"), "--spares", "1",
                     "--kill-ps", "point:apply@100,point:takeover")
     check_invariants(out, s, "checkpoint", 2)
     assert repairs(out) == [(["ps"], []), ([], ["ps"])]
@@ -38,7 +38,7 @@ def test_a_refilled_spare_takes_the_next_kill(tmp_path):
     """checkpoint, --spares 1 --refill-spares: the spare takes the PS at update 100; once training
     runs again the survivors spawn a new spare, which takes the PS at the second kill (and is
     refilled in turn): no PS is spawned cold, and a refill is no outage (one recovery per kill)."""
-    out, s = run_ok(tmp_path, *SYN, *MODE_ARGS["checkpoint"], "--spares", "1", "--refill-spares",
+    out, s = run_ok(tmp_path, *SYN_BASE, *MODE_ARGS["checkpoint"], "--spares", "1", "--refill-spares",
                     "--duration", "14s", "--kill-ps", "point:apply@100,+7s")
     check_invariants(out, s, "checkpoint", 2)
     assert repairs(out) == [(["ps"], []), ([], ["spare0"])] * 2, repairs(out)
@@ -57,7 +57,7 @@ def test_a_refilled_spare_takes_the_next_kill(tmp_path):
 def test_spares_take_the_chain_tail_and_the_one_left_retires(tmp_path):
     """chain, two replicas: the head killed, replica 1 heads the chain, replica 2 moves up, and
     spare 0 becomes the new tail; spare 1 waits out the run without spinning and retires."""
-    out, s = run_ok(tmp_path, *SYN, *MODE_ARGS["chain"], "--spares", "2", "--kill-ps", "point:apply@100")
+    out, s = run_ok(tmp_path, *syn("chain"), "--spares", "2", "--kill-ps", "point:apply@100")
     check_invariants(out, s, "chain", 1)
     assert repairs(out) == [(["replica2"], [])]
     (taken,) = events(out, "spare_taken")
@@ -70,7 +70,7 @@ def test_spares_take_the_chain_tail_and_the_one_left_retires(tmp_path):
 
 def test_an_async_hand_over_reaches_a_spare(tmp_path):
     """stateless, async: every worker hands its buffered updates to the spare that took the PS's place."""
-    out, s = run_ok(tmp_path, *SYN, *MODE_ARGS["stateless"], "--consistency", "async", "--spares", "1",
+    out, s = run_ok(tmp_path, *syn("stateless"), "--consistency", "async", "--spares", "1",
                     "--kill-ps", "point:apply@100")
     check_invariants(out, s, "stateless", 1)
     assert repairs(out) == [(["ps"], [])]
