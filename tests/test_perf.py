@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import warnings
 
 import pytest
+from conftest import OPEN_MPI_CRASH, mpirun_log, open_mpi_crashed
 
 from launch.analysis.perfreport import (_memory_section, _misses_section, _scale_section, _throughput_section,
                                        floor_seconds, render, targets, throughput_ratios)
@@ -168,7 +170,11 @@ def test_quick_perf_measures_every_section(tmp_path):
     ps = by[("none", 0)]["usage"]["ps"]
     assert 0 < ps["run_wall_s"] < ps["wall_s"] and 0 < ps["run_cpu_s"] < ps["cpu_s"], ps
     for f in results["failures"]:
-        assert f["completed"] and f["faults"] == 1 and len(f["detections"]) == 1 and f["unplanned"] == 0, f
+        if open_mpi_crashed(runs / f["run"]):  # the known Open MPI 5.0.11 crash (conftest.run_ok repeats such runs)
+            warnings.warn(f"Open MPI crashed in {f['run']} ({OPEN_MPI_CRASH}): its failure figures are not checked")
+            continue
+        assert f["completed"], f"{f['run']}: {f['exit_reason']}\n" + mpirun_log(runs / f["run"])
+        assert f["faults"] == 1 and len(f["detections"]) == 1 and f["unplanned"] == 0, f
         assert f["kills"] == (1 if f["kind"] == "kill" else 0), f
         assert f["recoveries"] and f["recoveries"][0]["recovery_s"] > 0, f
     (hang,) = [f for f in results["failures"] if f["kind"] == "hang"]  # quick: checkpoint only

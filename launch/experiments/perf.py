@@ -432,7 +432,8 @@ class Perf:
                 finally:
                     killer.stop.set()
                 self.results["failures"].append({
-                    "mode": mode, "kind": kind, "repair": repair, "completed": s.get("completed"), "exit_reason": s.get("exit_reason"),
+                    "mode": mode, "kind": kind, "repair": repair, "run": name,
+                    "completed": s.get("completed"), "exit_reason": s.get("exit_reason"),
                     "kills": len(s.get("kills") or []), "faults": len(s.get("faults") or []),
                     "detections": [d["latency_s"] for d in s.get("detections") or []],
                     "recoveries": s.get("recoveries") or [], "usage": s.get("usage"),
