@@ -97,7 +97,9 @@ def test_bounded_stateless_replay_policies(tmp_path, replay):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["checkpoint", "chain", "stateless"])
+# checkpoint only since 2026-12-05 (CI near its hour): async's second kills of chain and stateless are
+# the kill-point matrix's (test_killpoints.py: ASYNC_CASES, and chain's promoted head killed at once)
+@pytest.mark.parametrize("mode", ["checkpoint"])
 def test_async_two_kills(tmp_path, mode):
     out, s = run_ok(tmp_path, *SYN, "--consistency", "async", "--mode", mode, "--duration", "22s",
                     "--kill-ps", "4s,13s")

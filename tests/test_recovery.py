@@ -118,17 +118,15 @@ def test_stateless_workers_keep_training_and_every_update_is_applied(tmp_path):
     assert rec["idle_s"] <= det + handover["seconds"] + step_s + 0.5, (rec, det, handover["seconds"])
 
 
-@pytest.mark.parametrize("mode", [
-    "checkpoint", "chain", "stateless",
-])
+# chain's second kill, of the promoted head, is the kill-point matrix's (g-promoted_head_at_once) and
+# test_killpoints.py's tail kill after a promotion: dropped here on 2026-12-05, CI being near its hour
+@pytest.mark.parametrize("mode", ["checkpoint", "stateless"])
 def test_two_kills_second_hits_the_replacement(tmp_path, mode):
-    extra = ["--replicas", "2"] if mode == "chain" else []
-    out, s = run_ok(tmp_path, *SYN, *extra, "--mode", mode, "--duration", "22s", "--kill-ps", "4s,12s",
+    out, s = run_ok(tmp_path, *SYN, "--mode", mode, "--duration", "22s", "--kill-ps", "4s,12s",
                     "--checkpoint-every", "20", "--deadline", "90s")
     kills = s["kills"]
     assert len(kills) == 2 and kills[0]["pid"] != kills[1]["pid"]
-    if mode != "chain":
-        assert kills[1]["generation"] >= 1  # the second kill hit a replacement
+    assert kills[1]["generation"] >= 1  # the second kill hit a replacement
     assert len(s["recoveries"]) == 2
 
 
