@@ -12,21 +12,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import sys
 import threading
-import time
 import traceback
 
 from .events import Ev, EventLog  # light (json, threading): no cost to a replacement's start-up
 from .heap import keep_freed_memory  # light (ctypes)
-
-T_START = time.time()
-# CPU and wall time when the role's start event was written: a rank's share of a core while it
-# works or waits, apart from the interpreter's, torch's and MPI's start-up (about 3 s of CPU in
-# 4 s, which made a PS that waits most of its 20 s run look like a quarter of a core); a spare that
-# takes a role writes a second start event, and its wait stays in
-_STARTED: dict[str, float] = {}
+from .usage import emit_usage, mark_started  # light (resource)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,9 +115,7 @@ def start_event(ctx, threads: int, **extra) -> None:
     from mpi4py import MPI  # imported in main() after the config is read, as everywhere in this file
 
     c = ctx.cluster
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    _STARTED.setdefault("cpu_s", ru.ru_utime + ru.ru_stime)
-    _STARTED.setdefault("t", time.time())
+    mark_started()
     ctx.log.emit(Ev.START, role=c.me.label, pid=os.getpid(), rank=c.rank, size=c.world.Get_size(), threads=threads,
                  generation=c.generation, device=str(ctx.device), host=MPI.Get_processor_name(), **extra)
 
@@ -213,18 +203,6 @@ def die_with_parent() -> None:
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
         except OSError:
             pass
-
-
-def emit_usage(log) -> None:
-    """This process's CPU time (all threads), wall time and peak RSS: ``psbench perf``
-    shows per-rank CPU time to catch ranks that spin while they wait; ``run_cpu_s`` and
-    ``run_wall_s`` count from its start event on (without the start-up)."""
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    cpu, now = ru.ru_utime + ru.ru_stime, time.time()
-    since = {"run_cpu_s": round(cpu - _STARTED["cpu_s"], 3), "run_wall_s": round(now - _STARTED["t"], 3)} \
-        if _STARTED else {}
-    log.emit(Ev.USAGE, cpu_s=round(cpu, 3), wall_s=round(now - T_START, 3), maxrss_mb=round(ru.ru_maxrss / 1024, 1),
-             **since)
 
 
 def final_barrier(ctx) -> None:

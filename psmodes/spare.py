@@ -16,7 +16,6 @@ At the run's end the leader sends each spare left a :class:`~psmodes.messages.Re
 """
 from __future__ import annotations
 
-import resource
 import time
 
 from mpi4py import MPI
@@ -27,6 +26,7 @@ from .events import Ev
 from .messages import Retire
 from .pidfiles import write_pid_file
 from .roles import Role
+from .usage import cpu_s
 
 
 class Spare:
@@ -41,12 +41,12 @@ class Spare:
         """Waits until the survivors give this rank a role (returned) or the run ends (None).
         Records what the wait cost (``spare_waited``: seconds, CPU seconds), which must stay
         near nothing: the perf report checks it."""
-        t0, cpu0 = time.monotonic(), _cpu_s()
+        t0, cpu0 = time.monotonic(), cpu_s()
         try:
             return self.ctx.resilient(self._wait, via="spare", after_respawn=self._taken)
         finally:
             self.ctx.log.emit(Ev.SPARE_WAITED, wait_s=round(time.monotonic() - t0, 3),
-                              cpu_s=round(_cpu_s() - cpu0, 3))
+                              cpu_s=round(cpu_s() - cpu0, 3))
 
     def _wait(self) -> None:
         ctx = self.ctx
@@ -57,11 +57,6 @@ class Spare:
     def _taken(self) -> Role | None:
         me = self.ctx.cluster.me
         return None if me.kind == "spare" else me
-
-
-def _cpu_s() -> float:
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
 
 
 def retire(ctx: Context, version: int) -> None:

@@ -14,9 +14,18 @@ import pytest
 from conftest import OPEN_MPI_CRASH, mpirun_log, open_mpi_crashed
 
 from launch.analysis.perfreport import (_memory_section, _misses_section, _scale_section, _throughput_section,
-                                       floor_seconds, render, targets, throughput_ratios)
+                                       _working_share, floor_seconds, render, targets, throughput_ratios)
 
 PSBENCH = [sys.executable, "-m", "launch.cli"]
+
+
+def test_a_waiting_ranks_share_of_a_core_is_its_training_where_recorded():
+    """The PS evaluates the test set at the end where there is no evaluator (1.4 s of a 10.6 s perf run):
+    the no-spinning figure takes its share up to the end of training, else from its start event on."""
+    u = {"cpu_s": 5.0, "wall_s": 14.0, "run_cpu_s": 2.0, "run_wall_s": 10.0, "train_cpu_s": 0.27, "train_wall_s": 9.0}
+    assert _working_share(u) == 0.27 / 9.0
+    assert _working_share({k: v for k, v in u.items() if not k.startswith("train")}) == 0.2
+    assert _working_share({"cpu_s": 5.0, "wall_s": 14.0}) == 5.0 / 14.0
 
 
 def test_ratios_are_paired_within_a_repetition():
@@ -169,6 +178,8 @@ def test_quick_perf_measures_every_section(tmp_path):
     # the waiting ranks' share of a core is also taken without the start-up (the interpreter, torch, MPI)
     ps = by[("none", 0)]["usage"]["ps"]
     assert 0 < ps["run_wall_s"] < ps["wall_s"] and 0 < ps["run_cpu_s"] < ps["cpu_s"], ps
+    # and the PS's share up to the end of its training, without its final evaluation of the test set
+    assert 0 < ps["train_wall_s"] < ps["run_wall_s"] and 0 < ps["train_cpu_s"] < ps["run_cpu_s"], ps
     for f in results["failures"]:
         if open_mpi_crashed(runs / f["run"]):  # the known Open MPI 5.0.11 crash (conftest.run_ok repeats such runs)
             warnings.warn(f"Open MPI crashed in {f['run']} ({OPEN_MPI_CRASH}): its failure figures are not checked")

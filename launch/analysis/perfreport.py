@@ -247,7 +247,8 @@ def targets(results: dict) -> list[dict]:
                if (who.startswith("ps") or who.startswith("replica")) and u.get("wall_s")]
     if waiting:
         variant, who, u = max(waiting, key=lambda w: _working_share(w[2]))
-        since = ", from its start event on (no start-up)" if "run_wall_s" in u else ""
+        since = (", from its start event to the end of its training (no start-up, no final evaluation)"
+                 if "train_wall_s" in u else ", from its start event on (no start-up)" if "run_wall_s" in u else "")
         rows.append(_verdict("no spinning: highest CPU / wall of a waiting rank (PS, replica)", f"<= {SPIN_LIMIT}",
                              _working_share(u), SPIN_LIMIT, higher=False,
                              why=f"{who} in {variant}{since}; a rank spinning while it waits would be near 1.0"))
@@ -372,9 +373,8 @@ def _misses_section(results: dict, rows: list[dict]) -> list[str]:
                 "and the local application of the update"
                 + (f" (the header's own latency: {n['header']:.2f} ms, a worker's wait for it less the leader's "
                    "exchange and send)" if "header" in n else "") + ", and forward+backward itself is "
-                f"{n['compute'] - r['compute']:+.1f} ms slower than in the reference: with the PS there are 3 processes "
-                "for 2 cores, and every PS wake-up (it polls each millisecond towards the end of its wait) and its SGD "
-                "step preempt a worker. With the pipelined exchange (the default for plain SGD) the exchange is "
+                f"{n['compute'] - r['compute']:+.1f} ms slower than in the reference"
+                + _ps_share_while_training(results) + ". With the pipelined exchange (the default for plain SGD) the exchange is "
                 "only the wait for the previous "
                 "step's answer that the next step's compute did not hide; `none, blocking` shows the exchange whole.",
                 ""]
@@ -617,13 +617,29 @@ def _cpu_section(results: dict) -> list[str]:
             "show close to 1.0 (a whole core) while it waits; the PS and the replicas wait most of the time. "
             "psbench waits by polling `MPI_Test` with a sleep that backs off to 1 ms (psmodes/transport.py); "
             "the workers compute, so theirs is high by design. `without start-up`: from the process's start "
-            "event on (after the interpreter's, torch's and MPI's start, about 3 s of CPU), the figure the "
+            "event on (after the interpreter's, torch's and MPI's start, about 3 s of CPU), and a PS's only to the "
+            "end of its training (without its final evaluation of the test set, newer runs), the figure the "
             "waiting-rank target reads; runs recorded before it was measured show `n/a`.", "", _table(rows), ""]
 
 
+def _ps_share_while_training(results: dict) -> str:
+    """What the PS of the ``none`` runs took of a core while they trained, where the runs recorded it:
+    the first suspect of a slower forward+backward with a third process on the workers' cores."""
+    shares = [u["train_cpu_s"] / u["train_wall_s"] for r in results.get("throughput", []) if r.get("variant") == "none"
+              for u in [(r.get("usage") or {}).get("ps") or {}] if u.get("train_wall_s")]
+    if not shares:
+        return (" (with the PS there are 3 processes for 2 cores; these runs did not record the PS's share of a "
+                "core while training, which its wake-ups and SGD steps take from the workers)")
+    return (f" (with the PS there are 3 processes for 2 cores; the PS took {_med(shares):.3f} of a core while "
+            "training, median over the repetitions: what its wake-ups and SGD steps can take from the workers)")
+
+
 def _working_share(u: dict) -> float:
-    """A process's CPU / wall from its start event on where the run recorded it (launch/analysis/summary.py,
-    ``usage``), else over its life; from the seconds, not the rounded ``run_cpu_frac``."""
+    """A process's CPU / wall where the run recorded them (launch/analysis/summary.py, ``usage``): a PS's
+    from its start event to the end of its training, another's from its start event on, else over its
+    life; from the seconds, not the rounded ``run_cpu_frac``."""
+    if u.get("train_wall_s"):
+        return u["train_cpu_s"] / u["train_wall_s"]
     return u["run_cpu_s"] / u["run_wall_s"] if "run_wall_s" in u else u["cpu_s"] / u["wall_s"]
 
 

@@ -210,7 +210,7 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
         "restarts": [{"attempt": e["attempt"], "t_s": rel(e["t_restart"])} for e in restarts],
         # Open MPI failed before any rank started, for a reason that a new start cures (launch/driver/mpirun.py)
         "start_failures": [{"attempt": e["attempt"], "reason": e["reason"]} for e in by("start_failed")],
-        "usage": usage(by("usage"), by("spare_waited")),
+        "usage": usage(by("usage"), by("spare_waited"), by("ps_timing")),
         # --refill-spares: the spawns of new spares once training ran again (training waited `seconds`)
         "refills": [{"t_s": rel(e["t"]), "spawned": e["spawned"], "seconds": round(e["seconds"], 3)}
                     for e in by("respawned") if e.get("refill") and e["who"] == "worker0"],
@@ -258,15 +258,20 @@ def replay_taken(replay: dict, replays: list[dict], handovers: list[dict]) -> bo
     return any(replay["t"] <= h["t"] < until for h in handovers)
 
 
-def usage(ends: list[dict], waits: list[dict]) -> dict:
+def usage(ends: list[dict], waits: list[dict], trained: list[dict] = ()) -> dict:
     """Per process: CPU and wall seconds, their ratio, peak RSS; a spare's wait for a role also
-    on its own (``wait_s``, ``wait_cpu_frac``), which a spare that spun would show near 1.0."""
+    on its own (``wait_s``, ``wait_cpu_frac``), which a spare that spun would show near 1.0; a PS's
+    from its start event to the end of its training (``train_cpu_s``, ``train_wall_s``: without
+    the final evaluation of the test set that it runs where there is no evaluator)."""
     out = {e["who"]: {"cpu_s": e["cpu_s"], "wall_s": e["wall_s"], "maxrss_mb": e["maxrss_mb"],
                       "cpu_frac": round(e["cpu_s"] / e["wall_s"], 3) if e["wall_s"] else None} for e in ends}
     for e in ends:  # from the process's start event on, without its start-up (newer runs)
         if e.get("run_wall_s"):
             out[e["who"]].update(run_cpu_s=e["run_cpu_s"], run_wall_s=e["run_wall_s"],
                                  run_cpu_frac=round(e["run_cpu_s"] / e["run_wall_s"], 3))
+    for e in trained:
+        if e["who"] in out and e.get("train_wall_s"):
+            out[e["who"]].update(train_cpu_s=e["train_cpu_s"], train_wall_s=e["train_wall_s"])
     for w in waits:
         if w["who"] in out:
             out[w["who"]].update(wait_s=w["wait_s"],
