@@ -31,7 +31,29 @@ SCRATCH_FREE = 4 << 30
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: runs a real multi-rank job for tens of seconds")
     if config.option.basetemp is None and _is_tmpfs_with(SCRATCH, SCRATCH_FREE):
-        config.option.basetemp = str(SCRATCH / f"psbench-tests-{os.getuid()}")
+        config.option.basetemp = str(_session_scratch(SCRATCH / f"psbench-tests-{os.getuid()}"))
+
+
+def _session_scratch(root: Path) -> Path:
+    """This session's folder under ``root``, by pid: pytest empties its basetemp as a session starts,
+    and a second session on one folder removed a running run's files under the first (seen: a test
+    run beside the suite, 2026-12-05: the suite's async test found no summary.json). The folders of
+    sessions that are gone are removed."""
+    root.mkdir(exist_ok=True)
+    for old in root.iterdir():
+        if old.name.isdigit() and not _alive(int(old.name)):
+            shutil.rmtree(old, ignore_errors=True)
+    return root / str(os.getpid())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _is_tmpfs_with(folder: Path, free: int) -> bool:
