@@ -39,21 +39,13 @@ def _session_scratch(root: Path) -> Path:
     and a second session on one folder removed a running run's files under the first (seen: a test
     run beside the suite, 2026-12-05: the suite's async test found no summary.json). The folders of
     sessions that are gone are removed."""
+    from psmodes.pidfiles import alive  # light (json, os): conftest imports nothing heavy
+
     root.mkdir(exist_ok=True)
     for old in root.iterdir():
-        if old.name.isdigit() and not _alive(int(old.name)):
+        if old.name.isdigit() and not alive(int(old.name)):
             shutil.rmtree(old, ignore_errors=True)
     return root / str(os.getpid())
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _is_tmpfs_with(folder: Path, free: int) -> bool:
