@@ -258,7 +258,7 @@ def replay_taken(replay: dict, replays: list[dict], handovers: list[dict]) -> bo
     return any(replay["t"] <= h["t"] < until for h in handovers)
 
 
-def usage(ends: list[dict], waits: list[dict], trained: list[dict] = ()) -> dict:
+def usage(ends: list[dict], waits: list[dict], trained: list[dict]) -> dict:
     """Per process: CPU and wall seconds, their ratio, peak RSS; a spare's wait for a role also
     on its own (``wait_s``, ``wait_cpu_frac``), which a spare that spun would show near 1.0; a PS's
     from its start event to the end of its training (``train_cpu_s``, ``train_wall_s``: without
