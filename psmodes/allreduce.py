@@ -11,8 +11,8 @@ With Horovod the averaging overlaps the backward pass, as Horovod's
 ``DistributedOptimizer`` does: a hook on every parameter starts its allreduce
 the moment its gradient is ready (the fully connected layers' gradients are
 ready long before the convolutions' backward is done), and :meth:`wait_`
-collects them. The gradients are views of one flat buffer, so the averages
-land in place.
+collects them. The gradients land in one flat buffer (psmodes/flatparams.py),
+so the averages land in place.
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ class Allreducer:
 
     def overlap(self, params: list[torch.nn.Parameter], flat_grads: torch.Tensor) -> None:
         """Average the gradients in fixed buckets, each started from a hook as soon as backward
-        has produced all of its gradients (in place, in the flat buffer they are views of).
+        has produced all of its gradients (in place, in the flat buffer they were copied into).
 
         Buckets are contiguous slices of the flat buffer, cut in backward order at
         :data:`BUCKET_BYTES`, like PyTorch DDP's. Fixed buckets and no Horovod fusion
@@ -86,7 +86,7 @@ class Allreducer:
         self.overlapping = True
 
     def use_grads(self, flat_grads: torch.Tensor) -> None:
-        """After :meth:`overlap`: the buffer the next backward's gradients are views of
+        """After :meth:`overlap`: the buffer the next backward's gradients land in
         (:meth:`psmodes.flatparams.FlatParams.use_grads`)."""
         self.flat_grads = flat_grads
 

@@ -180,8 +180,8 @@ class Worker:
 
     # ---- one step's pieces
     def _use_slot(self, k: int) -> None:
-        """The leader's next gradient goes into gradient slot ``k`` (on a CPU the model's gradients
-        are views of it, so backward and the allreduce write it in place)."""
+        """The leader's next gradient goes into gradient slot ``k`` (on a CPU backward copies the
+        model's gradients into it and the allreduce averages them there)."""
         self.slot, self.grad_host = k, self.grad_slots[k]
         if self.on_cpu:
             self.flat.use_grads(self.grad_host)
@@ -197,9 +197,8 @@ class Worker:
         idx = next(self.batches)
         inputs = self.ctx.workload.to_inputs(self.x[idx]).to(self.ctx.device, non_blocking=True)
         target = torch.from_numpy(self.y[idx]).to(self.ctx.device, non_blocking=True)
-        self.flat.grads.zero_()
         loss = self.loss_fn(self.flat.model(inputs), target)
-        loss.backward()
+        self.flat.backward(loss)
         if self.flat.has_buffers:  # BatchNorm's statistics after this forward travel in the gradient's tail
             self.flat.capture_buffers()
         if self.slow_factor > 1:  # --slow-worker: a straggler, slowed before it joins the others
