@@ -26,6 +26,7 @@ from mpi4py import MPI
 from . import killpoints, mailbox, transport as tp
 from .context import Context, RunFailed, build_flat
 from .pidfiles import write_pid_file
+from .priority import ps_yields, yield_cores
 from .usage import since_started
 from .events import Ev
 from .flatparams import digest
@@ -96,6 +97,8 @@ class ParameterServer:
         self._next_eval = 0.0
         self.timing = UpdateTiming()
         self.pacer = tp.Pacer()  # the leader's next message comes about a step after the answer
+        self.yields_cores = not cfg.is_async and ps_yields(cfg)  # at its first steady update: psmodes/priority.py
+        self.yielded = False
         # sync plain SGD: after each gradient the workers can apply it themselves (the same arithmetic
         # on the same bytes), so the PS answers with the version only, not 4 bytes a weight; with
         # momentum or AdamW the workers would also need the PS's buffers, so the weights travel
@@ -130,6 +133,8 @@ class ParameterServer:
             if isinstance(msg, Hello):
                 self._hello(msg)
                 continue
+            if self.yields_cores:  # steady updates from here on (a take-over's catch-up is done)
+                self.yields_cores, self.yielded = False, yield_cores()
             t0 = time.perf_counter()
             if msg.mailbox_slot >= 0:  # read in place by the SGD step; the leader writes it again after the answer
                 if self.mailbox is None:
@@ -276,6 +281,7 @@ class ParameterServer:
             emit_eval(ctx, evaluate_full(ctx, self.opt.weights), ps_step=self.opt.version, final=True,
                       t_snapshot=time.time(), t0_ms=self.t0_ms, samples=None)
         self.mode.ps_close(self)
-        ctx.log.emit(Ev.PS_TIMING, numel=self.numel, sends_weights=not self.workers_apply, **self.timing.medians(),
+        ctx.log.emit(Ev.PS_TIMING, numel=self.numel, sends_weights=not self.workers_apply, idle_class=self.yielded,
+                     **self.timing.medians(),
                      **({"train_cpu_s": trained[0], "train_wall_s": trained[1]} if trained else {}))
         ctx.log.emit(Ev.DONE, version=self.opt.version, completed=True, digest=digest(self.opt.weights))
