@@ -14,9 +14,12 @@ The PS switches once it serves steady updates (its first gradient after a Hello)
 takes over (a replacement's catch-up, a hand-over's replay) does so at normal priority,
 while the workers may be training through the outage. An unprivileged thread cannot leave
 ``SCHED_IDLE`` (RLIMIT_NICE is usually 0), so the PS stays there; whenever the workers
-need it they wait for it, which leaves it their cores. The price: on a machine whose cores
-are busy with work of others, such a PS gets almost none (a normal process on every core
-leaves it a fraction of a percent): ``--ps-priority normal`` there.
+need it they wait for it, which leaves it their cores. The prices: what the PS does after an update
+(a checkpoint's copy, a replication's send) also waits for an idle core, up to the leader's
+wait for the answer, so a checkpoint can become durable a step later (a test that killed the
+PS one step after a checkpoint once resumed from the one before); and on a machine whose
+cores are busy with work of others such a PS gets almost no CPU (a normal process on every
+core leaves it a fraction of a percent): ``--ps-priority normal`` there.
 """
 from __future__ import annotations
 
