@@ -40,9 +40,9 @@ CONSISTENCY = ("sync", "async", "bounded:S")
 RECOVERY = ("ulfm", "job-restart")
 LAUNCHERS = ("mpirun", "horovodrun")
 EXCHANGES = ("auto", "blocking", "pipelined")  # the sync leader's exchange with the PS (psmodes/worker.py)
-PS_PRIORITIES = ("auto", "idle", "normal")  # the sync PS's CPU scheduling (psmodes/priority.py)
+PS_PRIORITIES = ("normal", "idle")  # the sync PS's CPU scheduling (psmodes/priority.py)
 # a run recorded before one of these fields existed ran so, not with the field's default
-RAN_BEFORE_ITS_FIELD = {"exchange": "blocking", "mailbox": False, "ps_priority": "normal"}
+RAN_BEFORE_ITS_FIELD = {"exchange": "blocking", "mailbox": False}
 KILL_VIA = ("auto", "local", "ssh", "srun")
 GROUPS = ("workload", "consistency", "recovery", "faults", "execution", "clusters")  # of `psbench run --help`, in order
 
@@ -354,11 +354,11 @@ class RunConfig:
                          check=one_of(("auto", "cpu", "cuda"), "device", "auto, cpu or cuda"))
     threads_per_rank: int | None = option(None, "--threads", "torch threads per rank (default: 1 when ranks "
                                           "outnumber cores)", group="execution", type=int)
-    ps_priority: str = option("auto", "--ps-priority", "the sync PS's CPU scheduling once it serves steady "
-                              "updates: idle (Linux SCHED_IDLE: it runs on the cores the workers leave idle), "
-                              "normal, or auto (idle when this host's ranks outnumber its cores and there is "
-                              "no evaluator; psmodes/priority.py)", group="execution",
-                              check=one_of(PS_PRIORITIES, "PS priority", "auto, idle or normal"))
+    ps_priority: str = option("normal", "--ps-priority", "the sync PS's CPU scheduling once it serves steady "
+                              "updates: normal, or idle (Linux SCHED_IDLE: it runs on the cores the workers leave "
+                              "idle; faster none where ranks outnumber cores, slower modes whose PS works after "
+                              "an update: psmodes/priority.py)", group="execution",
+                              check=one_of(PS_PRIORITIES, "PS priority", "normal or idle"))
     # clusters and whole-job restarts (launch/driver/hosts.py, launch/driver/runner.py)
     ps_host: str | None = option(None, "--ps-host", "the PS's host (default: the first host; replicas go to other "
                                  "hosts)", group="clusters")

@@ -377,20 +377,15 @@ def pick_device(cfg: RunConfig) -> torch.device:
     return torch.device("cuda", local_rank % torch.cuda.device_count())
 
 
-def ranks_and_cores(cfg: RunConfig) -> tuple[int, int]:
-    """(the run's ranks on this host, the cores this process may run on)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    # a spawned replacement sees a local size of 1, but it shares the node with the rest
-    return max(int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", 1)), cfg.n_ranks), cores
-
-
 def set_threads(cfg: RunConfig) -> int:
     """One torch thread per rank when ranks outnumber cores (oversubscription
     makes extra threads fight over cores), else an even share of the cores."""
     if cfg.threads_per_rank:
         n = cfg.threads_per_rank
     else:
-        local, cores = ranks_and_cores(cfg)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        # a spawned replacement sees a local size of 1, but it shares the node with the rest
+        local = max(int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", 1)), cfg.n_ranks)
         n = 1 if local >= cores else max(1, cores // local)
     torch.set_num_threads(n)
     return n

@@ -1,25 +1,31 @@
-"""The sync PS's place in the CPU scheduler when a host's ranks outnumber its cores.
+"""The sync PS's place in the CPU scheduler (``--ps-priority``): normal, or idle.
 
 The workers' steps are synchronous: a worker that loses its core for a moment delays
 every worker by that moment. The PS needs about 0.7 ms of CPU in an 11 ms fmnist-cnn step
 (its SGD step, its polls, its answer), and at normal priority the kernel hands it a core
 the moment it wakes, preempting a worker (a process that burnt 0.4 / 0.8 ms every 11 ms
 beside two Horovod workers on 2 cores cost them 2.7 / 5.5 % of their samples/s; at
-SCHED_IDLE 1.3 %). With the pipelined exchange the PS's answer is needed a step later, so
-the PS can wait for a core that a worker leaves idle (their waits for the allreduce and the
-control header): Linux's ``SCHED_IDLE`` runs a thread only when no normal one wants that
-core.
+``SCHED_IDLE`` 1.3 %). With the pipelined exchange the PS's answer is needed a step later,
+so ``--ps-priority idle`` lets the PS wait for a core that a worker leaves idle (their waits
+for the allreduce and the control header): Linux's ``SCHED_IDLE`` runs a thread only when no
+normal one wants that core.
+
+Not the default, measured (psbench perf's throughput runs, 2 workers on 2 cores, every
+no-failure variant with an idle-class PS, 5-6 repetitions, 2026-12-05): ``none`` gains 4 %
+(``none`` at normal priority 0.960 of it), but every mode whose PS works after an update
+loses, because that work (the strict chain's replication and its wait for the tail, a
+checkpoint's copy, hybrid's vectors, an MPI receive without the mailbox) now also waits for
+an idle core, up to the leader's wait for the answer: chain K=1 / ``none`` 0.869 with one
+replica and 0.788 with two (0.971 / 0.914 at normal priority), hybrid K=100 0.932 (0.995),
+``none`` without the mailbox 0.931 (0.992). A benchmark that compares recovery modes must
+not speed up its baseline alone, so normal stays the default; idle is for runs of ``none``
+or ``stateless`` on a host whose ranks outnumber its cores.
 
 The PS switches once it serves steady updates (its first gradient after a Hello): a PS that
-takes over (a replacement's catch-up, a hand-over's replay) does so at normal priority,
-while the workers may be training through the outage. An unprivileged thread cannot leave
-``SCHED_IDLE`` (RLIMIT_NICE is usually 0), so the PS stays there; whenever the workers
-need it they wait for it, which leaves it their cores. The prices: what the PS does after an update
-(a checkpoint's copy, a replication's send) also waits for an idle core, up to the leader's
-wait for the answer, so a checkpoint can become durable a step later (a test that killed the
-PS one step after a checkpoint once resumed from the one before); and on a machine whose
-cores are busy with work of others such a PS gets almost no CPU (a normal process on every
-core leaves it a fraction of a percent): ``--ps-priority normal`` there.
+takes over (a replacement's catch-up, a hand-over's replay) does so at normal priority. An
+unprivileged thread cannot leave ``SCHED_IDLE`` (RLIMIT_NICE is usually 0), so the PS stays
+there. On a machine whose cores are busy with work of others an idle-class PS gets almost
+no CPU (a normal process on every core leaves it a fraction of a percent).
 """
 from __future__ import annotations
 
@@ -27,15 +33,7 @@ import os
 
 
 def ps_yields(cfg) -> bool:
-    """Whether this run's sync PS goes to ``SCHED_IDLE`` (``--ps-priority``). auto: when this host's
-    ranks outnumber its cores and the run has no evaluator, the one rank that computes for long
-    stretches (a whole score) without waiting for the PS: with it on the cores, an idle-class PS
-    would answer while it scores only on what the workers leave, a step late or worse."""
-    if cfg.ps_priority == "auto":
-        from .context import ranks_and_cores
-
-        ranks, cores = ranks_and_cores(cfg)
-        return ranks > cores and not cfg.evaluator
+    """Whether this run's sync PS goes to ``SCHED_IDLE`` at its first steady update."""
     return cfg.ps_priority == "idle"
 
 

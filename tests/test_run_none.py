@@ -35,13 +35,12 @@ def test_synthetic_run_writes_everything(tmp_path):
 def test_same_seed_same_weights(tmp_path):
     """... and the PS's scheduling class (psmodes/priority.py) changes when it runs, not what it computes."""
     digests = []
-    for name, seed, priority in (("a", "3", "idle"), ("b", "3", "normal"), ("c", "4", "auto")):
+    for name, seed, priority in (("a", "3", "idle"), ("b", "3", "normal"), ("c", "4", "normal")):
         out, _ = run_ok(tmp_path, *SYN, "--steps", "150", "--seed", seed, "--workers", "3", "--no-evaluator",
                         "--ps-priority", priority, name=name)
         (done,) = events(out, "done", "ps")
-        if priority != "auto":
-            (timing,) = events(out, "ps_timing", "ps")
-            assert timing["idle_class"] == (priority == "idle"), timing
+        (timing,) = events(out, "ps_timing", "ps")
+        assert timing["idle_class"] == (priority == "idle"), timing
         digests.append(done["digest"])
         # the PS answers with the version only and every worker applies the averaged gradient itself:
         # their copies must end bitwise equal to the PS's weights

@@ -113,8 +113,8 @@ def test_resnet18_checkpoints_hold_its_batchnorm_statistics(tmp_path):
                     "--restart-delay", "0", "--deadline", "240s")
     (resume,) = events(out, "resume")
     # 3, taken three steps before the kill, and kept to the end: the replacement writes 3, 6 and 9, the newest
-    # three (checkpoint.KEEP). Killed at 7 of 12, the run once resumed from 3 where the idle-class PS
-    # (psmodes/priority.py) had copied checkpoint 6 a step late, and 3 was gone by the end.
+    # three (checkpoint.KEEP). Killed at 7 of 12, a run resumed from 3 when checkpoint 6, taken a step before
+    # the kill, was not durable yet, and 3 was gone by the end (seen with an idle-class PS, psmodes/priority.py).
     assert resume["from_version"] == 3, resume
     state = ckpt.load(ckpt.path_for(out / "checkpoints", resume["from_version"]))
     assert resume["digest"] == digest(state["weights"])

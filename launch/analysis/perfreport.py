@@ -632,8 +632,7 @@ def _ps_share_while_training(results: dict) -> str:
                 "core while training, which its wake-ups and SGD steps take from the workers)")
     idle = [t["idle_class"] for r in results.get("throughput", []) if r.get("variant") == "none"
             for t in [r.get("ps_timing") or {}] if "idle_class" in t]
-    where = (" in the idle scheduling class (`--ps-priority`, psmodes/priority.py: on the cores the workers leave "
-             "idle; `none, PS at normal priority` shows it at normal priority)" if idle and all(idle) else "")
+    where = (" in the idle scheduling class (`--ps-priority idle`, psmodes/priority.py)" if idle and all(idle) else "")
     return (f" (with the PS there are 3 processes for 2 cores; the PS took {_med(shares):.3f} of a core while "
             f"training{where}, median over the repetitions: what its wake-ups and SGD steps can take from the "
             "workers)")

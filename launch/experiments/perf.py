@@ -80,8 +80,9 @@ THROUGHPUT = [
     ("chain K=1 R=1, blocking", {"mode": "chain", "replicate_every": 1, "replicas": 1, "exchange": "blocking"}),
     # what the gradient mailbox (psmodes/mailbox.py, the default on one host) buys: pipelined, over MPI
     ("none, no mailbox", {"mailbox": False}),
-    # what the PS's idle scheduling class buys (psmodes/priority.py; auto: where ranks outnumber cores)
-    ("none, PS at normal priority", {"ps_priority": "normal"}),
+    # what the PS's idle scheduling class (psmodes/priority.py, not the default) buys none and costs a strict chain
+    ("none, PS idle-class", {"ps_priority": "idle"}),
+    ("chain K=1 R=1, PS idle-class", {"mode": "chain", "replicate_every": 1, "replicas": 1, "ps_priority": "idle"}),
 ]
 # --quick's: the baseline and a mode with a replica rank (every mode's runs are the tests' elsewhere)
 QUICK_VARIANTS = ("none", "chain K=1 R=1")
