@@ -12,7 +12,7 @@ normal one wants that core.
 
 Not the default, measured (psbench perf's throughput runs, 2 workers on 2 cores, every
 no-failure variant with an idle-class PS, 5-6 repetitions, 2026-12-05): ``none`` gains 4 %
-(``none`` at normal priority 0.960 of it), but every mode whose PS works after an update
+(``none`` at normal priority 0.960 of it; 8 % in another session), but every mode whose PS works after an update
 loses, because that work (the strict chain's replication and its wait for the tail, a
 checkpoint's copy, hybrid's vectors, an MPI receive without the mailbox) now also waits for
 an idle core, up to the leader's wait for the answer: chain K=1 / ``none`` 0.869 with one
