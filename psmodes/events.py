@@ -46,7 +46,7 @@ class Ev(StrEnum):
     CHECKPOINT_SKIPPED = "checkpoint_skipped"  # reason: a checkpoint that does not load
     CHECKPOINT_NONE = "checkpoint_none"  # reason: none yet, the replacement starts at version 0
     PROMOTED = "promoted"              # a chain replica became the head at version
-    PS_TIMING = "ps_timing"            # medians of recv_s, apply_s, after_s, send_s per update; train_cpu_s, train_wall_s
+    PS_TIMING = "ps_timing"            # medians of recv_s, apply_s, after_s, send_s; train_cpu_s, train_wall_s; idle_class
     # workers
     STEP = "step"                      # version, applied, samples, compute_s, loss, (async) staleness
     CONNECTED = "connected"            # version, generation: (re)connected to a PS

@@ -32,11 +32,6 @@ from __future__ import annotations
 import os
 
 
-def ps_yields(cfg) -> bool:
-    """Whether this run's sync PS goes to ``SCHED_IDLE`` at its first steady update."""
-    return cfg.ps_priority == "idle"
-
-
 def yield_cores() -> bool:
     """The calling thread to ``SCHED_IDLE``, for good; False where the system has no such class."""
     if not hasattr(os, "SCHED_IDLE"):

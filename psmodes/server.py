@@ -26,7 +26,7 @@ from mpi4py import MPI
 from . import killpoints, mailbox, transport as tp
 from .context import Context, RunFailed, build_flat
 from .pidfiles import write_pid_file
-from .priority import ps_yields, yield_cores
+from .priority import yield_cores
 from .usage import since_started
 from .events import Ev
 from .flatparams import digest
@@ -97,7 +97,8 @@ class ParameterServer:
         self._next_eval = 0.0
         self.timing = UpdateTiming()
         self.pacer = tp.Pacer()  # the leader's next message comes about a step after the answer
-        self.yields_cores = not cfg.is_async and ps_yields(cfg)  # at its first steady update: psmodes/priority.py
+        # --ps-priority idle: SCHED_IDLE at its first steady update (psmodes/priority.py)
+        self.yields_cores = not cfg.is_async and cfg.ps_priority == "idle"
         self.yielded = False
         # sync plain SGD: after each gradient the workers can apply it themselves (the same arithmetic
         # on the same bytes), so the PS answers with the version only, not 4 bytes a weight; with
