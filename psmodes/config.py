@@ -41,6 +41,7 @@ RECOVERY = ("ulfm", "job-restart")
 LAUNCHERS = ("mpirun", "horovodrun")
 EXCHANGES = ("auto", "blocking", "pipelined")  # the sync leader's exchange with the PS (psmodes/worker.py)
 PS_PRIORITIES = ("normal", "idle")  # the sync PS's CPU scheduling (psmodes/priority.py)
+PIN_WORKERS = ("auto", "off")  # a worker to a core of its own where ranks outnumber cores (psmodes/priority.py)
 # a run recorded before one of these fields existed ran so, not with the field's default
 RAN_BEFORE_ITS_FIELD = {"exchange": "blocking", "mailbox": False}
 KILL_VIA = ("auto", "local", "ssh", "srun")
@@ -359,6 +360,11 @@ class RunConfig:
                               "idle; faster none where ranks outnumber cores, slower modes whose PS works after "
                               "an update: psmodes/priority.py)", group="execution",
                               check=one_of(PS_PRIORITIES, "PS priority", "normal or idle"))
+    pin_workers: str = option("auto", "--pin-workers", "auto: where a host's ranks outnumber its cores and its "
+                              "workers do not, each worker runs on a core of its own and the other ranks share "
+                              "them (mpirun's --bind-to none moves a worker between cores when the PS wakes); off: "
+                              "the kernel places every rank (psmodes/priority.py)", group="execution",
+                              check=one_of(PIN_WORKERS, "worker pinning", "auto or off"))
     # clusters and whole-job restarts (launch/driver/hosts.py, launch/driver/runner.py)
     ps_host: str | None = option(None, "--ps-host", "the PS's host (default: the first host; replicas go to other "
                                  "hosts)", group="clusters")

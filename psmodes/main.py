@@ -75,7 +75,12 @@ def main(argv: list[str] | None = None) -> int:
 
     threads = set_threads(cfg)
     ctx = Context(cfg, cluster, EventLog(cfg.run_dir, name))
-    start_event(ctx, threads)
+    if me.kind == "worker":
+        from .priority import pin_worker
+
+        start_event(ctx, threads, core=pin_worker(cfg, worker_comm, threads))
+    else:
+        start_event(ctx, threads)
     try:
         if me.kind == "spare":
             from .spare import Spare

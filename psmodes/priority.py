@@ -1,4 +1,5 @@
-"""The sync PS's place in the CPU scheduler (``--ps-priority``): normal, or idle.
+"""Where the ranks run on the CPU: the sync PS's scheduling class (``--ps-priority``: normal,
+or idle), and each worker on a core of its own where ranks outnumber cores (``--pin-workers``).
 
 The workers' steps are synchronous: a worker that loses its core for a moment delays
 every worker by that moment. The PS needs about 0.7 ms of CPU in an 11 ms fmnist-cnn step
@@ -41,3 +42,35 @@ def yield_cores() -> bool:
     except OSError:
         return False
     return True
+
+
+def pin_worker(cfg, worker_comm, threads: int) -> int | None:
+    """This worker to a core of its own (the core it now runs on, or None): where this host's
+    ranks outnumber the cores it may use (so it runs one torch thread, ``threads``) and its
+    workers do not (``--pin-workers auto``).
+
+    psbench starts its ranks with ``--bind-to none`` (three processes on two cores cannot each
+    have one), so the kernel moved a worker that the PS preempted to the other worker's core,
+    and both ran slower until the balancer moved one back. Pinned, a preempted worker waits on
+    its own core for the PS's fraction of a millisecond. On 2 cores (fmnist-cnn, 2 workers,
+    alternating ``psbench perf --only throughput`` sessions, 2026-12-05): ``none`` / Horovod
+    0.946 pinned against 0.928 unpinned, median of 10 and 9; with an idle-class PS 0.968-0.978
+    against 0.925-0.966. mpirun binds a plain Horovod job of 2 ranks on 2 cores to a core each
+    by default too. The PS, replicas, evaluator and spares are not pinned. A collective on the
+    workers' communicator: every worker calls it."""
+    from mpi4py import MPI
+
+    local = worker_comm.Split_type(MPI.COMM_TYPE_SHARED)
+    index, workers_here = local.Get_rank(), local.Get_size()
+    local.Free()
+    if cfg.pin_workers == "off" or not hasattr(os, "sched_setaffinity"):
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    ranks_here = max(int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", 1)), cfg.n_ranks)  # as set_threads counts
+    if threads != 1 or ranks_here <= len(cores) or workers_here > len(cores):
+        return None
+    try:
+        os.sched_setaffinity(0, {cores[index]})
+    except OSError:
+        return None
+    return cores[index]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -30,6 +31,10 @@ def test_synthetic_run_writes_everything(tmp_path):
     assert cfg["steps"] == 300 and cfg["benchmark"] == "synthetic"
     # the evaluator never holds the workers up: its evaluations overlap training steps
     assert len(events(out, "eval")) >= 2
+    # 4 ranks: where they outnumber the cores and the 2 workers do not, each worker has a core of its own
+    cores = sorted(os.sched_getaffinity(0))
+    pinned = [events(out, "start", f"worker{w}")[0]["core"] for w in range(2)]
+    assert pinned == (cores[:2] if 2 <= len(cores) < 4 else [None, None]), (cores, pinned)
 
 
 def test_same_seed_same_weights(tmp_path):
@@ -60,9 +65,11 @@ def test_with_momentum_the_weights_travel(tmp_path):
 
 
 def test_no_evaluator_final_metric_from_ps(tmp_path):
-    out, s = run_ok(tmp_path, *SYN, "--steps", "100", "--no-evaluator")  # and --no-report (run_ok's default)
+    # and --no-report (run_ok's default); the workers on cores the kernel picks
+    out, s = run_ok(tmp_path, *SYN, "--steps", "100", "--no-evaluator", "--pin-workers", "off")
     assert s["final_metric"] is not None and s["completed"]
     assert (out / "summary.json").exists() and not (out / "report.md").exists()
+    assert [events(out, "start", f"worker{w}")[0]["core"] for w in range(2)] == [None, None]
 
 
 @pytest.mark.slow
