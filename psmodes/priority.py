@@ -58,15 +58,27 @@ def pin_worker(cfg, worker_comm, threads: int) -> int | None:
     against 0.925-0.966. mpirun binds a plain Horovod job of 2 ranks on 2 cores to a core each
     by default too. The PS, replicas, evaluator and spares are not pinned. A collective on the
     workers' communicator: every worker calls it."""
+    import numpy as np
     from mpi4py import MPI
 
-    local = worker_comm.Split_type(MPI.COMM_TYPE_SHARED)
-    index, workers_here = local.Get_rank(), local.Get_size()
-    local.Free()
-    if cfg.pin_workers == "off" or not hasattr(os, "sched_setaffinity"):
+    if cfg.pin_workers == "off" or not hasattr(os, "sched_setaffinity"):  # the same for every worker
         return None
+    # by host name, not with a new communicator (MPI_Comm_split_type): a freed one's context id is
+    # reused by the next communicator made, and the repairs make many. Raw bytes: nothing from the
+    # network is unpickled
+    me, n = worker_comm.Get_rank(), worker_comm.Get_size()
+    name = np.zeros(MPI.MAX_PROCESSOR_NAME, dtype=np.uint8)
+    encoded = MPI.Get_processor_name().encode()[:MPI.MAX_PROCESSOR_NAME]
+    name[:len(encoded)] = np.frombuffer(encoded, dtype=np.uint8)
+    names = np.zeros((n, MPI.MAX_PROCESSOR_NAME), dtype=np.uint8)
+    worker_comm.Allgather(name, names)
+    same = [bool((names[r] == name).all()) for r in range(n)]
+    index, workers_here = sum(same[:me]), sum(same)
     cores = sorted(os.sched_getaffinity(0))
-    ranks_here = max(int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", 1)), cfg.n_ranks)  # as set_threads counts
+    # the job's ranks on this host as the launcher placed them (none said: not pinned); not the
+    # run's rank count that set_threads takes, so that hosts of one machine (network namespaces,
+    # a one-node Slurm cluster's "nodes") with few ranks each do not pin their workers to the same cores
+    ranks_here = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", 0))
     if threads != 1 or ranks_here <= len(cores) or workers_here > len(cores):
         return None
     try:

@@ -85,6 +85,7 @@ THROUGHPUT = [
     ("chain K=1 R=1, PS idle-class", {"mode": "chain", "replicate_every": 1, "replicas": 1, "ps_priority": "idle"}),
     # what a core of its own for each worker (psmodes/priority.py, the default where ranks outnumber cores) buys
     ("none, workers unpinned", {"pin_workers": "off"}),
+    ("chain K=1 R=2, workers unpinned", {"mode": "chain", "replicate_every": 1, "replicas": 2, "pin_workers": "off"}),
 ]
 # --quick's: the baseline and a mode with a replica rank (every mode's runs are the tests' elsewhere)
 QUICK_VARIANTS = ("none", "chain K=1 R=1")
