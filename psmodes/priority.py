@@ -55,7 +55,8 @@ def pin_worker(cfg, worker_comm, threads: int) -> int | None:
     its own core for the PS's fraction of a millisecond. On 2 cores (fmnist-cnn, 2 workers,
     alternating ``psbench perf --only throughput`` sessions, 2026-12-05): ``none`` / Horovod
     0.946 pinned against 0.928 unpinned, median of 10 and 9; with an idle-class PS 0.968-0.978
-    against 0.925-0.966. mpirun binds a plain Horovod job of 2 ranks on 2 cores to a core each
+    against 0.925-0.966; paired within 6 repetitions (reports/perf-pinned-chain), pinned over
+    unpinned 1.020 for ``none`` and 1.003 for a strict chain with two replicas. mpirun binds a plain Horovod job of 2 ranks on 2 cores to a core each
     by default too. The PS, replicas, evaluator and spares are not pinned. A collective on the
     workers' communicator: every worker calls it."""
     import numpy as np
