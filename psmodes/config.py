@@ -360,10 +360,10 @@ class RunConfig:
                               "idle; faster none where ranks outnumber cores, slower modes whose PS works after "
                               "an update: psmodes/priority.py)", group="execution",
                               check=one_of(PS_PRIORITIES, "PS priority", "normal or idle"))
-    pin_workers: str = option("auto", "--pin-workers", "auto: where a host's ranks outnumber its cores and its "
+    pin_workers: str = option("off", "--pin-workers", "auto: where a host's ranks outnumber its cores and its "
                               "workers do not, each worker runs on a core of its own and the other ranks share "
-                              "them (mpirun's --bind-to none moves a worker between cores when the PS wakes); off: "
-                              "the kernel places every rank (psmodes/priority.py)", group="execution",
+                              "them (mpirun's --bind-to none moves a worker between cores when the PS wakes); off (the "
+                              "default): the kernel places every rank (psmodes/priority.py)", group="execution",
                               check=one_of(PIN_WORKERS, "worker pinning", "auto or off"))
     # clusters and whole-job restarts (launch/driver/hosts.py, launch/driver/runner.py)
     ps_host: str | None = option(None, "--ps-host", "the PS's host (default: the first host; replicas go to other "

@@ -47,7 +47,8 @@ def yield_cores() -> bool:
 def pin_worker(cfg, worker_comm, threads: int) -> int | None:
     """This worker to a core of its own (the core it now runs on, or None): where this host's
     ranks outnumber the cores it may use (so it runs one torch thread, ``threads``) and its
-    workers do not (``--pin-workers auto``).
+    workers do not (``--pin-workers auto``; not the default: with it a kill-point test of a
+    replacement stuck before MPI_Init overran its deadline in 2 of 9 runs, not understood yet).
 
     psbench starts its ranks with ``--bind-to none`` (three processes on two cores cannot each
     have one), so the kernel moved a worker that the PS preempted to the other worker's core,

@@ -14,7 +14,7 @@ SYN = ["--benchmark", "synthetic", "--model-params", "50000", "--workers", "2"]
 
 
 def test_synthetic_run_writes_everything(tmp_path):
-    out, s = run_ok(tmp_path, *SYN, "--steps", "300", "--eval-interval", "0.5s", report=True)
+    out, s = run_ok(tmp_path, *SYN, "--steps", "300", "--eval-interval", "0.5s", "--pin-workers", "auto", report=True)
     assert SUMMARY_KEYS <= set(s)
     assert s["steps"] == 300 and s["mode"] == "none" and s["workers"] == 2
     assert s["kills"] == [] and s["detections"] == [] and s["recoveries"] == []

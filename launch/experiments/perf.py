@@ -83,9 +83,9 @@ THROUGHPUT = [
     # what the PS's idle scheduling class (psmodes/priority.py, not the default) buys none and costs a strict chain
     ("none, PS idle-class", {"ps_priority": "idle"}),
     ("chain K=1 R=1, PS idle-class", {"mode": "chain", "replicate_every": 1, "replicas": 1, "ps_priority": "idle"}),
-    # what a core of its own for each worker (psmodes/priority.py, the default where ranks outnumber cores) buys
-    ("none, workers unpinned", {"pin_workers": "off"}),
-    ("chain K=1 R=2, workers unpinned", {"mode": "chain", "replicate_every": 1, "replicas": 2, "pin_workers": "off"}),
+    # what a core of its own for each worker (--pin-workers auto, psmodes/priority.py, not the default) buys
+    ("none, workers pinned", {"pin_workers": "auto"}),
+    ("chain K=1 R=2, workers pinned", {"mode": "chain", "replicate_every": 1, "replicas": 2, "pin_workers": "auto"}),
 ]
 # --quick's: the baseline and a mode with a replica rank (every mode's runs are the tests' elsewhere)
 QUICK_VARIANTS = ("none", "chain K=1 R=1")
