@@ -362,8 +362,9 @@ class RunConfig:
                               check=one_of(PS_PRIORITIES, "PS priority", "normal or idle"))
     pin_workers: str = option("off", "--pin-workers", "auto: where a host's ranks outnumber its cores and its "
                               "workers do not, each worker runs on a core of its own and the other ranks share "
-                              "them (mpirun's --bind-to none moves a worker between cores when the PS wakes); off (the "
-                              "default): the kernel places every rank (psmodes/priority.py)", group="execution",
+                              "them (mpirun's --bind-to none moves a worker between cores when the PS wakes); "
+                              "off (the default): the kernel places every rank (psmodes/priority.py)",
+                              group="execution",
                               check=one_of(PIN_WORKERS, "worker pinning", "auto or off"))
     # clusters and whole-job restarts (launch/driver/hosts.py, launch/driver/runner.py)
     ps_host: str | None = option(None, "--ps-host", "the PS's host (default: the first host; replicas go to other "

@@ -75,12 +75,9 @@ def main(argv: list[str] | None = None) -> int:
 
     threads = set_threads(cfg)
     ctx = Context(cfg, cluster, EventLog(cfg.run_dir, name))
-    if me.kind == "worker":
-        from .priority import pin_worker
+    from .priority import pin_worker
 
-        start_event(ctx, threads, core=pin_worker(cfg, worker_comm, threads))
-    else:
-        start_event(ctx, threads)
+    start_event(ctx, threads, **({"core": pin_worker(cfg, worker_comm, threads)} if me.kind == "worker" else {}))
     try:
         if me.kind == "spare":
             from .spare import Spare

@@ -57,9 +57,10 @@ def pin_worker(cfg, worker_comm, threads: int) -> int | None:
     alternating ``psbench perf --only throughput`` sessions, 2026-12-05): ``none`` / Horovod
     0.946 pinned against 0.928 unpinned, median of 10 and 9; with an idle-class PS 0.968-0.978
     against 0.925-0.966; paired within 6 repetitions (reports/perf-pinned-chain), pinned over
-    unpinned 1.020 for ``none`` and 1.003 for a strict chain with two replicas. mpirun binds a plain Horovod job of 2 ranks on 2 cores to a core each
-    by default too. The PS, replicas, evaluator and spares are not pinned. A collective on the
-    workers' communicator: every worker calls it."""
+    unpinned 1.020 for ``none`` and 1.003 for a strict chain with two replicas. mpirun binds a
+    plain Horovod job of 2 ranks on 2 cores to a core each by default too. The PS, replicas,
+    evaluator and spares are not pinned. A collective on the workers' communicator (auto): every
+    worker calls it."""
     import numpy as np
     from mpi4py import MPI
 

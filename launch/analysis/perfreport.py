@@ -300,7 +300,7 @@ def _ratio_why(results: dict, variant: str, baseline: str) -> str:
     step_ms = _step_ms(results, _med([r["samples_per_s"] for r in runs if r["variant"] == "none"]))
     if variant == IDLE_VARIANT:
         idle, normal = _ps_share(results, IDLE_VARIANT), _ps_share(results, "none")
-        chain = _med(throughput_ratios(results).get("chain K=1 R=1, PS idle-class", []))
+        chain = _med(paired_ratio(results.get("throughput", []), "chain K=1 R=1, PS idle-class", "none"))
         return ((f"the PS took {idle:.3f} of a core while training, run only when a worker leaves a core idle"
                  f" ({normal:.3f} at normal priority); " if idle is not None and normal is not None else "")
                 + "not the default: the strict chain's replication would wait for an idle core too"
