@@ -179,19 +179,36 @@ def join(parents: MPI.Group, parent_roles: list[Role], spawned: MPI.Group, spawn
     others (its context-id agreement kept retrying a failed non-blocking collective,
     "NBC_Progress: an error 75", printed millions of times), and a later spawn queued
     behind it. Creating the communicator from a group agrees through PMIx instead and
-    fails at once (MPI_ERR_UNSUPPORTED_OPERATION) when a member is dead."""
+    fails at once (MPI_ERR_UNSUPPORTED_OPERATION) when a member is dead.
+
+    The world is a Dup of the communicator made from the group, never that communicator itself.
+    ULFM's agreement (every MPIX_Comm_shrink runs several) names an agreement by its
+    communicator's context id and epoch and a per-communicator count, and remembers decided ones;
+    in Open MPI 5.0.11 every communicator made from a group has id 0 and epoch 0 (an extended
+    context id: only its low part, always 0, is read), so the shrink of one repair's world
+    reused the names of the previous repair's agreements ("removing old agreement (0.0).4 from
+    history, due to cycling of identifiers" in mpirun.log), and a member that asked a peer which
+    had not started the new one yet got the old decision. Seen in psbench perf (chain R=2, four
+    hung PSes): at the third or fourth repair some survivors returned from the shrink and the
+    others never did, then crashed in ompi_comm_revoke_local. A Dup gets a context id and an epoch
+    of its own. Neither communicator is freed: a freed context id is reused by the next one."""
     roles = parent_roles + spawned_roles
     order = sorted(range(len(roles)), key=lambda i: sort_key(roles[i]))
     group = MPI.Group.Union(parents, spawned).Incl(order)
     try:
-        world = MPI.Intracomm.Create_from_group(group, f"psbench.world.{generation}")
+        created = MPI.Intracomm.Create_from_group(group, f"psbench.world.{generation}")
+        created.Set_errhandler(MPI.ERRORS_RETURN)
+        world = created.Dup()
     except MPI.Exception as exc:
         # whatever the class, the usual cause is a member that died: repair, as for a failed spawn
         raise transport.PeerFailed(f"join the new world: {exc.Get_error_string()}", MPI.ERR_PROC_FAILED) from None
+    _KEPT.append(created)  # never freed (the docstring says why)
     world.Set_errhandler(MPI.ERRORS_RETURN)
     introduce(world)
     return world, [roles[i] for i in order]
 
+
+_KEPT: list[MPI.Intracomm] = []  # the communicators made from a group, kept from being freed (join)
 
 INTRO_TIMEOUT_S = 30.0
 

@@ -118,16 +118,21 @@ def test_stateless_workers_keep_training_and_every_update_is_applied(tmp_path):
     assert rec["idle_s"] <= det + handover["seconds"] + step_s + 0.5, (rec, det, handover["seconds"])
 
 
-# chain's second kill, of the promoted head, is the kill-point matrix's (g-promoted_head_at_once) and
-# test_killpoints.py's tail kill after a promotion: dropped here on 2026-12-05, CI being near its hour
-@pytest.mark.parametrize("mode", ["checkpoint", "stateless"])
-def test_two_kills_second_hits_the_replacement(tmp_path, mode):
-    out, s = run_ok(tmp_path, *SYN, "--mode", mode, "--duration", "22s", "--kill-ps", "4s,12s",
-                    "--checkpoint-every", "20", "--deadline", "90s")
+# three: the third repair is the first whose shrink runs on a world made from a group after an
+# earlier such world's shrink, where Open MPI 5.0.11 reused the agreements' names (psmodes.cluster.join;
+# run_ok fails a run whose mpirun.log says so). Seen with chain and two replicas (4 reused names in
+# one run without the fix), not with checkpoint's three ranks
+@pytest.mark.parametrize("mode,extra", [("checkpoint", []), ("stateless", []), ("chain", ["--replicas", "2"])],
+                         ids=["checkpoint", "stateless", "chain-R2"])
+def test_three_kills_each_hit_the_replacement(tmp_path, mode, extra):
+    out, s = run_ok(tmp_path, *SYN, "--mode", mode, *extra, "--duration", "26s", "--kill-ps", "4s,11s,18s",
+                    "--checkpoint-every", "20", "--deadline", "100s")
     kills = s["kills"]
-    assert len(kills) == 2 and kills[0]["pid"] != kills[1]["pid"]
-    assert kills[1]["generation"] >= 1  # the second kill hit a replacement
-    assert len(s["recoveries"]) == 2
+    assert len(kills) == 3 and len({k["pid"] for k in kills}) == 3
+    assert all(k["role"] == "ps" for k in kills)
+    if mode != "chain":  # a spawned PS each time (chain: the replicas are promoted in turn)
+        assert [k["generation"] >= 1 for k in kills] == [False, True, True]
+    assert len(s["recoveries"]) == 3
 
 
 @pytest.mark.parametrize("policy", ["paper", "mean", "staleness", "local"])
