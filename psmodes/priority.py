@@ -48,7 +48,10 @@ def pin_worker(cfg, worker_comm, threads: int) -> int | None:
     """This worker to a core of its own (the core it now runs on, or None): where this host's
     ranks outnumber the cores it may use (so it runs one torch thread, ``threads``) and its
     workers do not (``--pin-workers auto``; not the default: with it a kill-point test of a
-    replacement stuck before MPI_Init overran its deadline in 2 of 9 runs, not understood yet).
+    replacement stuck before MPI_Init overran its deadline in 2 of 9 runs, and 1 of 10 later: the
+    second spawn attempt's join returned on every survivor but one worker, whose repair finished
+    only when the leader gave up 60 s later; its threads, the first attempt's blocked spawn among
+    them, had all inherited its core. Not understood yet).
 
     psbench starts its ranks with ``--bind-to none`` (three processes on two cores cannot each
     have one), so the kernel moved a worker that the PS preempted to the other worker's core,
