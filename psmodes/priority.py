@@ -48,7 +48,7 @@ def pin_worker(cfg, worker_comm, threads: int) -> int | None:
     """This worker to a core of its own (the core it now runs on, or None): where this host's
     ranks outnumber the cores it may use (so it runs one torch thread, ``threads``) and its
     workers do not (``--pin-workers auto``; not the default: with it a kill-point test of a
-    replacement stuck before MPI_Init overran its deadline in 2 of 9 runs, and 1 of 10 later: the
+    replacement stuck before MPI_Init failed 2 of 9 runs, and 3 of 77 later (at 334faf9): the
     second spawn attempt's join returned on every survivor but one worker, whose repair finished
     only when the leader gave up 60 s later; its threads, the first attempt's blocked spawn among
     them, had all inherited its core. Not understood yet).
