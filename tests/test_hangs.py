@@ -232,3 +232,17 @@ def test_hang_and_slow_points_parse_with_their_length():
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_a_ps_hung_after_the_last_step_is_continued_and_the_run_ends(tmp_path):
+    """Stopped for good right after its last answer: nobody waits on that PS, so nobody suspects it,
+    and the run's end (its final evaluation, mpirun's exit) waited for the watchdog (psbench chaos,
+    198 s). --suspect-after after training the launcher continues it, and the run completes."""
+    out, s = run_ok(tmp_path, *SYN, "--mode", "checkpoint", "--steps", "200", "--no-evaluator",
+                    "--hang-ps", "point:send_weights@200", "--suspect-after", f"{SUSPECT_S}s", "--deadline", "90s")
+    assert s["exit_reason"] == "completed", s["exit_reason"]
+    released = [e for e in events(out, "continued", "launcher") if e.get("after_training")]
+    assert len(released) == 1 and [f["kind"] for f in s["faults"]] == ["hang"], (released, s["faults"])
+    assert s["faults"][0].get("ended_s") is not None and not events(out, "fence")
+    assert s["wall_s"] < 60, s["wall_s"]
+    no_leftovers(out)

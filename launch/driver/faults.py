@@ -73,6 +73,8 @@ SLOW_SCRIPT = ('date +%s.%N; i=0; while [ "$i" -lt "$2" ] && kill -STOP "$1" 2>/
 NODE_SCRIPT = ('d=""; for p in "$@"; do pp=$(ps -o ppid= -p "$p" 2>/dev/null | tr -d " "); '
                '[ -n "$pp" ] && [ "$(cat /proc/$pp/comm 2>/dev/null)" = prted ] && d="$d $pp"; done; '
                'date +%s.%N; echo "daemons:$d"; exec kill -9 "$@" $d')
+CONT_SCRIPT = 'kill -CONT "$1"'  # $1 pid: a rank stopped for good, continued once training is over
+REMOTE_SIGNAL_TIMEOUT_S = 10.0  # ... on another host: ssh/srun gets this long
 FENCE_ATTEMPT_S = 10.0  # a remote fence not done by then is given up and tried again
 FENCE_RETRY_S = 1.0
 FENCE_PROBE_S = 2.0  # the suspecting rank's host must answer this fast for its suspicion to count
@@ -492,6 +494,32 @@ class Injector:
             self.running.remove((proc, what))
             if what["for_s"] is not None and proc.returncode == 0:
                 self.log.emit("continued", t_continued=time.time(), **what)
+
+    def release_hangs(self) -> list[dict]:
+        """SIGCONT every rank stopped for good (a hang without an end) that is neither fenced nor
+        dead: called once training is over, when nobody needs it to train and only its own end (a
+        PS's final evaluation, its exit, mpirun's) waits for it. Each records ``continued``
+        (``after_training``), which ends the hang in the summary."""
+        released = []
+        gone = {(f["pid"], f["host"]) for f in self.fenced + self.done + self.collateral} | set(self.fencing)
+        for fault in self.faults:
+            key = (fault["pid"], fault["host"])
+            if fault["ev"] != "hang" or fault.get("for_s") is not None or key in gone or fault.get("released"):
+                continue
+            fault["released"] = True
+            try:
+                if is_local(fault["host"]):
+                    os.kill(int(fault["pid"]), signal.SIGCONT)
+                else:
+                    subprocess.run(script_command(kill_route(fault["host"], self.kill_via), fault["host"],
+                                                  CONT_SCRIPT, [str(int(fault["pid"]))]),
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                                   timeout=REMOTE_SIGNAL_TIMEOUT_S, check=True)
+            except (ProcessLookupError, subprocess.SubprocessError, OSError):
+                continue  # dead already, or its host cannot be reached: the watchdog stays the bound
+            released.append(self.log.emit("continued", t_continued=time.time(), pid=fault["pid"], host=fault["host"],
+                                          kind="hang", for_s=None, at=fault.get("at"), after_training=True))
+        return released
 
     def finish(self) -> None:
         for point in self.points:
