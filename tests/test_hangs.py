@@ -230,10 +230,7 @@ def test_hang_and_slow_points_parse_with_their_length():
     assert (slow.at_step, slow.for_s) == (100, 0.5)
 
 
-if __name__ == "__main__":
-    sys.exit(pytest.main([__file__, "-q"]))
-
-
+@pytest.mark.slow
 def test_a_ps_hung_after_the_last_step_is_continued_and_the_run_ends(tmp_path):
     """Stopped for good right after its last answer: nobody waits on that PS, so nobody suspects it,
     and the run's end (its final evaluation, mpirun's exit) waited for the watchdog (psbench chaos,
@@ -246,3 +243,7 @@ def test_a_ps_hung_after_the_last_step_is_continued_and_the_run_ends(tmp_path):
     assert s["faults"][0].get("ended_s") is not None and not events(out, "fence")
     assert s["wall_s"] < 60, s["wall_s"]
     no_leftovers(out)
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))
