@@ -495,31 +495,29 @@ class Injector:
             if what["for_s"] is not None and proc.returncode == 0:
                 self.log.emit("continued", t_continued=time.time(), **what)
 
-    def release_hangs(self) -> list[dict]:
+    def release_hangs(self) -> None:
         """SIGCONT every rank stopped for good (a hang without an end) that is neither fenced nor
-        dead: called once training is over, when nobody needs it to train and only its own end (a
-        PS's final evaluation, its exit, mpirun's) waits for it. Each records ``continued``
-        (``after_training``), which ends the hang in the summary."""
-        released = []
+        dead, through the route a kill takes (:func:`sigkill`): called once training is over, when
+        nobody needs it to train and only its own end (a PS's final evaluation, its exit, mpirun's)
+        waits for it. Each records ``continued`` (``after_training``), which ends the hang in the summary."""
         gone = {(f["pid"], f["host"]) for f in self.fenced + self.done + self.collateral} | set(self.fencing)
         for fault in self.faults:
             key = (fault["pid"], fault["host"])
             if fault["ev"] != "hang" or fault.get("for_s") is not None or key in gone or fault.get("released"):
                 continue
-            fault["released"] = True
+            fault["released"] = True  # tried once: a host that cannot be reached leaves the watchdog the bound
+            route = kill_route(fault["host"], self.kill_via)
             try:
-                if is_local(fault["host"]):
+                if route == "local":
                     os.kill(int(fault["pid"]), signal.SIGCONT)
                 else:
-                    subprocess.run(script_command(kill_route(fault["host"], self.kill_via), fault["host"],
-                                                  CONT_SCRIPT, [str(int(fault["pid"]))]),
+                    subprocess.run(script_command(route, fault["host"], CONT_SCRIPT, [str(int(fault["pid"]))]),
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
                                    timeout=REMOTE_SIGNAL_TIMEOUT_S, check=True)
             except (ProcessLookupError, subprocess.SubprocessError, OSError):
-                continue  # dead already, or its host cannot be reached: the watchdog stays the bound
-            released.append(self.log.emit("continued", t_continued=time.time(), pid=fault["pid"], host=fault["host"],
-                                          kind="hang", for_s=None, at=fault.get("at"), after_training=True))
-        return released
+                continue  # dead already, or its host cannot be reached
+            self.log.emit("continued", t_continued=time.time(), pid=fault["pid"], host=fault["host"], kind="hang",
+                          for_s=None, at=fault.get("at"), after_training=True)
 
     def finish(self) -> None:
         for point in self.points:

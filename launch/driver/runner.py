@@ -246,6 +246,7 @@ class Watch:
                 self.failed_at = time.time()
             elif e["ev"] == "done" and e["who"] == "worker0" and e.get("completed"):
                 self.finished = True
+                self.finished_at = self.finished_at or time.time()
             elif e["ev"] == "killpoint":  # a rank stopped itself at a test kill point: kill it there
                 self.injector.stopped_at(e)
             elif e["ev"] == "suspect":  # a rank waited past --suspect-after for this process: fence it
@@ -292,10 +293,8 @@ class Watch:
         its own end (a PS's final evaluation) and mpirun's wait for it; --suspect-after later it is
         continued. Seen in psbench chaos (chain, seed 92, trial-000): the promoted head stopped 16 ms
         after the last step, nobody waits on a PS then, and the run waited for its 198 s watchdog."""
-        if not self.finished:
-            return
-        self.finished_at = self.finished_at or time.time()
-        if time.time() - self.finished_at >= max(self.cfg.suspect_after_s or 0.0, 1.0):
+        settle = max(self.cfg.suspect_after_s or 0.0, 1.0)
+        if self.finished_at is not None and time.time() - self.finished_at >= settle:
             self.injector.release_hangs()
 
     def _lingering(self) -> bool:
