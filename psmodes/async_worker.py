@@ -187,7 +187,7 @@ class AsyncWorker(Worker):
     def _respawn_due(self) -> bool:
         if self.repair_due is None or time.monotonic() < self.repair_due:
             return False
-        if self.repair_thread is not None and self.repair_thread.is_alive():
+        if self.repair_running():
             return False  # the shrink is still running on its thread
         self._join_repair()
         self.repair_due = None
@@ -208,8 +208,8 @@ class AsyncWorker(Worker):
 
     def _advance_repair(self) -> None:
         """Between outage iterations: finish repair steps, notice announcements and READY."""
-        if self.repair_thread is not None:
-            if self.repair_thread.is_alive():
+        if self.repair_call is not None:
+            if self.repair_running():
                 return
             kind = self.repair_kind
             self._join_repair()

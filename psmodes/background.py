@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import threading
 
+from .priority import unpin_thread
+
 
 class Background:
     def __init__(self, fn, name: str) -> None:
@@ -17,6 +19,7 @@ class Background:
         self.thread.start()
 
     def _run(self, fn) -> None:
+        unpin_thread()
         try:
             self._box["result"] = fn()
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread by result()

@@ -32,6 +32,23 @@ from __future__ import annotations
 
 import os
 
+# the cores this process may use, kept where pin_worker pinned its main thread (None: not pinned)
+_ALL_CORES: set[int] | None = None
+
+
+def unpin_thread() -> None:
+    """The calling thread on every core the process may use again, where its worker is pinned.
+
+    A thread inherits the affinity of the thread that starts it, so a helper thread that a pinned
+    worker starts (a repair step, a bounded MPI_Comm_spawn) would share the worker's one core with
+    it: a spawn that blocks in Open MPI's progress loop then competes for that core with the main
+    thread's polls (--pin-workers auto: the stuck-replacement test, see pin_worker)."""
+    if _ALL_CORES is not None:
+        try:
+            os.sched_setaffinity(0, _ALL_CORES)  # 0: this thread (Linux)
+        except OSError:
+            pass
+
 
 def yield_cores() -> bool:
     """The calling thread to ``SCHED_IDLE``, for good; False where the system has no such class."""
@@ -47,11 +64,13 @@ def yield_cores() -> bool:
 def pin_worker(cfg, worker_comm, threads: int) -> int | None:
     """This worker to a core of its own (the core it now runs on, or None): where this host's
     ranks outnumber the cores it may use (so it runs one torch thread, ``threads``) and its
-    workers do not (``--pin-workers auto``; not the default: with it a kill-point test of a
-    replacement stuck before MPI_Init failed 2 of 9 runs, and 3 of 77 later (at 334faf9): the
-    second spawn attempt's join returned on every survivor but one worker, whose repair finished
-    only when the leader gave up 60 s later; its threads, the first attempt's blocked spawn among
-    them, had all inherited its core. Not understood yet).
+    workers do not (``--pin-workers auto``). Not the default: it makes ``none`` faster and a strict
+    chain with two replicas no faster (reports/perf-pinned-chain), and a kill-point test of a
+    replacement stuck before MPI_Init still fails now and then with it: 5 of 86 runs before the
+    worker's helper threads were unpinned (:func:`unpin_thread`: the first attempt's spawn, blocked
+    for good, spins in Open MPI's progress loop, and it shared the pinned worker's one core with the
+    main thread), 1 of 140 after (Fisher's p = 0.03): the second spawn attempt's replacement stuck in
+    its MPI_Init while one worker's main thread went 66 s without a poll. Not understood further.
 
     psbench starts its ranks with ``--bind-to none`` (three processes on two cores cannot each
     have one), so the kernel moved a worker that the PS preempted to the other worker's core,
@@ -87,8 +106,10 @@ def pin_worker(cfg, worker_comm, threads: int) -> int | None:
     ranks_here = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", 0))
     if threads != 1 or ranks_here <= len(cores) or workers_here > len(cores):
         return None
+    global _ALL_CORES
     try:
-        os.sched_setaffinity(0, {cores[index]})
+        os.sched_setaffinity(0, {cores[index]})  # this thread, and the threads it starts (unpin_thread)
     except OSError:
         return None
+    _ALL_CORES = set(cores)
     return cores[index]

@@ -40,6 +40,7 @@ from benchmarks.registry import shard_batches
 
 from . import transport as tp
 from .allreduce import Allreducer
+from .background import Background
 from .mailbox import Mailbox
 from .context import REFILL_SETTLE_S, Context, no_repair
 from .pidfiles import write_pid_file
@@ -169,9 +170,8 @@ class Worker:
         self.local_opt: FlatOptimizer | None = None
         self.outage: Outage | None = None
         self.ready_req: MPI.Request | None = None
-        self.repair_thread = None  # a repair step running on a helper thread (stateless)
+        self.repair_call: Background | None = None  # a repair step running on a helper thread (stateless)
         self.repair_kind = ""
-        self.repair_error: BaseException | None = None
         self.ready_buf = np.zeros(HEADER_LEN, dtype=np.int64)
         self.samples_per_step = ctx.batch_size * cfg.workers
         self.last_loss = float("nan")
@@ -401,7 +401,7 @@ class Worker:
             new_weights = self.mode.outage_step(self, compute_s)
         else:
             time.sleep(0.01)  # nothing to do but wait for the repair
-        if self.repair_thread is not None and not self.repair_thread.is_alive():
+        if self.repair_call is not None and not self.repair_running():
             kind = self.repair_kind
             self._join_repair()
             if kind == "respawn":
@@ -431,7 +431,7 @@ class Worker:
         """The repair step due now, not announced yet: once the restart delay has passed, the respawn
         of the missing roles; --refill-spares, once training runs again (the PS up, no repair under
         way), the spawn of the spares that took roles."""
-        if self.repair_thread is not None:  # the shrink is still running on its thread
+        if self.repair_call is not None:  # the shrink is still running on its thread
             return ACT_NONE
         if self.repair_due is not None:
             return ACT_SPAWN if time.monotonic() >= self.repair_due else ACT_NONE
@@ -583,7 +583,7 @@ class Worker:
     def _reconnect(self) -> None:
         """After a shrink or respawn: HELLO to the PS if there is one now."""
         c = self.ctx.cluster
-        if self.repair_thread is not None:  # still spawning; _lead picks it up when done
+        if self.repair_call is not None:  # still spawning; _lead picks it up when done
             self._set_ctrl(self.local_opt is not None)
             return
         if c.ps is None:
@@ -612,29 +612,20 @@ class Worker:
     # (MPI_THREAD_MULTIPLE) and keep training meanwhile: no worker needs the world
     # communicator until the replacement is READY.
     def _in_background(self, fn, kind: str) -> None:
-        import threading
-
-        self.repair_error = None
+        self.repair_call = Background(fn, kind)
         self.repair_kind = kind
 
-        def target():
-            try:
-                fn()
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
-                self.repair_error = exc
-
-        self.repair_thread = threading.Thread(target=target, name=kind, daemon=True)
-        self.repair_thread.start()
+    def repair_running(self) -> bool:
+        """Whether a repair step is still running on its helper thread."""
+        return self.repair_call is not None and self.repair_call.running()
 
     def _join_repair(self) -> None:
-        if self.repair_thread is None:
+        if self.repair_call is None:
             return
-        self.repair_thread.join(self.ctx.outage_timeout)
-        if self.repair_thread.is_alive():
+        call, self.repair_call = self.repair_call, None
+        if call.running(self.ctx.outage_timeout):
             raise tp.PeerTimeout(f"repair step did not finish in {self.ctx.outage_timeout:.0f} s")
-        self.repair_thread = None
-        if self.repair_error is not None:
-            raise self.repair_error
+        call.result()
 
     def _connect(self, pending: bool) -> bool:
         c, ctx, cfg = self.ctx.cluster, self.ctx, self.ctx.cfg
