@@ -74,7 +74,7 @@ NODE_SCRIPT = ('d=""; for p in "$@"; do pp=$(ps -o ppid= -p "$p" 2>/dev/null | t
                '[ -n "$pp" ] && [ "$(cat /proc/$pp/comm 2>/dev/null)" = prted ] && d="$d $pp"; done; '
                'date +%s.%N; echo "daemons:$d"; exec kill -9 "$@" $d')
 CONT_SCRIPT = 'kill -CONT "$1"'  # $1 pid: a rank stopped for good, continued once training is over
-REMOTE_SIGNAL_TIMEOUT_S = 10.0  # ... on another host: ssh/srun gets this long
+CONT_TIMEOUT_S = 10.0  # ... here, or through ssh/srun on another host
 FENCE_ATTEMPT_S = 10.0  # a remote fence not done by then is given up and tried again
 FENCE_RETRY_S = 1.0
 FENCE_PROBE_S = 2.0  # the suspecting rank's host must answer this fast for its suspicion to count
@@ -507,14 +507,11 @@ class Injector:
                 continue
             fault["released"] = True  # tried once: a host that cannot be reached leaves the watchdog the bound
             route = kill_route(fault["host"], self.kill_via)
-            try:
-                if route == "local":
-                    os.kill(int(fault["pid"]), signal.SIGCONT)
-                else:
-                    subprocess.run(script_command(route, fault["host"], CONT_SCRIPT, [str(int(fault["pid"]))]),
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                                   timeout=REMOTE_SIGNAL_TIMEOUT_S, check=True)
-            except (ProcessLookupError, subprocess.SubprocessError, OSError):
+            try:  # here too through the script: no timing to keep, so one path for every route
+                subprocess.run(script_command(route, fault["host"], CONT_SCRIPT, [str(int(fault["pid"]))]),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                               timeout=CONT_TIMEOUT_S, check=True)
+            except (subprocess.SubprocessError, OSError):
                 continue  # dead already, or its host cannot be reached
             self.log.emit("continued", t_continued=time.time(), pid=fault["pid"], host=fault["host"], kind="hang",
                           for_s=None, at=fault.get("at"), after_training=True)
