@@ -90,12 +90,9 @@ class AsyncParameterServer(ParameterServer):
         self.waiting.append((index, src, 1, staleness, self.opt.version))
 
     def _check_stop(self) -> None:
-        cfg = self.ctx.cfg
         if not self.t0_ms:  # training has not started
             return
-        elapsed = time.time() - self.t0_ms / 1000.0
-        self.stopped = self.stopped or bool((cfg.steps and self.opt.version >= cfg.steps)
-                                            or (cfg.duration_s and elapsed >= cfg.duration_s))
+        self.stopped = self.stopped or self.ends_training
 
     def _may_grant(self) -> bool:
         if self.bound is None or self.stopped:

@@ -41,6 +41,7 @@ RECOVERY = ("ulfm", "job-restart")
 LAUNCHERS = ("mpirun", "horovodrun")
 EXCHANGES = ("auto", "blocking", "pipelined")  # the sync leader's exchange with the PS (psmodes/worker.py)
 PS_PRIORITIES = ("normal", "idle")  # the sync PS's CPU scheduling (psmodes/priority.py)
+ON_DIVERGE = ("stop", "continue")  # a run whose model went non-finite (psmodes/divergence.py)
 PIN_WORKERS = ("auto", "off")  # a worker to a core of its own where ranks outnumber cores (psmodes/priority.py)
 # a run recorded before one of these fields existed ran so, not with the field's default
 RAN_BEFORE_ITS_FIELD = {"exchange": "blocking", "mailbox": False}
@@ -319,6 +320,9 @@ class RunConfig:
     max_buffered: int = option(256, "--max-buffered", "stateless, replay sequential or staleness: gradients kept "
                                "while the PS is down (each one model-sized; later ones are counted as dropped)",
                                group="recovery", check=positive_int)
+    on_diverge: str = option("stop", "--on-diverge", "a non-finite gradient, weights or metric (psmodes/divergence.py): "
+                             "stop ends the run as diverged; continue trains on (recorded the same)",
+                             group="recovery", check=one_of(ON_DIVERGE, "--on-diverge value"))
     # faults the launcher injects (launch/driver/faults.py); AT as for --kill-ps
     kill_ps: list[str] = option([], "--kill-ps", "SIGKILL the PS at a time since training started (20s), a share "
                                 "of --duration (33%%) or a PS step (step:800)", group="faults", metavar="AT[,AT...]")

@@ -23,6 +23,7 @@ from . import killpoints, modes, transport
 from .background import Background
 from .cluster import Cluster, fill_from_spares, full_layout, initial_layout
 from .config import RunConfig
+from .divergence import Divergence
 from .errors import RunFailed
 from .events import Ev, EventLog
 from .flatparams import FlatParams
@@ -73,6 +74,7 @@ class Context:
         self._deaths = transport.DeathWatch()
         self.refilling = False  # the announcement that came was ACTION_REFILL (read by respawn)
         self.refill_after = 0.0  # no refill before this (monotonic): REFILL_SETTLE_S after a repair
+        self.divergence = Divergence(self)  # a non-finite value, recorded once (psmodes/divergence.py)
         self.prebuilt: FlatParams | None = None  # a spare's model, built while it waits (build_flat)
         # a replacement is itself cold at first, and so are the waits of the others on it (psmodes.suspicion)
         self.cold_until = time.monotonic() + COLD_START_S if cluster.generation else 0.0

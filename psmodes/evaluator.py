@@ -46,6 +46,7 @@ def evaluate_full(ctx: Context, weights: torch.Tensor) -> float:
 def emit_eval(ctx: Context, value: float, **fields) -> None:
     """One evaluation: the metric's value under ``value``, its name under ``metric``."""
     ctx.log.emit(Ev.EVAL, value=value, metric=ctx.workload.metric.name, **fields)
+    ctx.divergence.check_value(value, fields.get("ps_step", -1))
 
 
 # A death elsewhere is repaired by every survivor together (MPI_Comm_shrink, then the spawn), the

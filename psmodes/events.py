@@ -33,6 +33,7 @@ class Ev(StrEnum):
     SPARE_WAITED = "spare_waited"      # what a spare's wait cost: wait_s, cpu_s (until it took a role or retired)
     SPAWN_FAILED = "spawn_failed"      # attempt, error, spawning, died_before_joining
     KILLPOINT = "killpoint"            # point, pid, host: stopped itself for the injector (tests)
+    DIVERGED = "diverged"              # where, version, preceded_by, policy: a non-finite value (psmodes.divergence)
     SUSPECT = "suspect"                # role, pid, host, what, waited_s, t_suspect: a peer past --suspect-after
     # the PS
     TRAIN_START = "train_start"        # t0_ms: the run's clock starts at the first contact
@@ -44,6 +45,7 @@ class Ev(StrEnum):
     CHECKPOINT = "checkpoint"          # version, path, write_s, bytes: durable
     CHECKPOINT_FAILED = "checkpoint_failed"  # version, error
     CHECKPOINT_SKIPPED = "checkpoint_skipped"  # reason: a checkpoint that does not load
+    STALE_WRITER = "stale_writer"      # version, generation, current, pid, host: a replaced PS's write, refused
     CHECKPOINT_NONE = "checkpoint_none"  # reason: none yet, the replacement starts at version 0
     PROMOTED = "promoted"              # a chain replica became the head at version
     PS_TIMING = "ps_timing"            # medians of recv_s, apply_s, after_s, send_s; train_cpu_s, train_wall_s; idle_class

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from . import killpoints, mailbox, transport as tp
+from . import divergence, killpoints, mailbox, transport as tp
 from .context import Context, RunFailed, build_flat
 from .pidfiles import write_pid_file
 from .priority import yield_cores
@@ -110,6 +110,10 @@ class ParameterServer:
         self.mode.ps_setup(self)
         if (ctx.cluster.generation > 0 and fresh) or self.restart is not None:
             self.mode.ps_restore(self)
+        if not fresh:  # a promoted replica: its copy of the state is the PS's from here on
+            ctx.divergence.note("takeover", self.opt.version, by="promoted replica")
+        if not self.awaiting_handover:  # a stateless replacement is given its weights with the hand-over
+            ctx.divergence.check_weights(self.opt.weights, self.opt.version, where=divergence.TAKEOVER)
         if self.restart is not None:
             self.t0_ms = int(self.restart["t0_ms"])
         write_pid_file(ctx, "ps")
@@ -159,19 +163,26 @@ class ParameterServer:
         self.opt.step(grad, lr_scale)
         self.timing.apply_s.append(time.perf_counter() - t0)
         killpoints.reached("apply", self.ctx, version=self.opt.version)
-        self.after_update()
+        self.after_update(grad)
 
-    def after_update(self) -> None:
-        """The mode's turn after every applied update (replicate, checkpoint)."""
+    def after_update(self, grad: torch.Tensor | None = None) -> None:
+        """After every applied update (one gradient, or a replay): the divergence check, then the
+        mode's turn (replicate, checkpoint). ``grad``: the gradient applied, if one was."""
+        self.ctx.divergence.check_weights(self.opt.weights, self.opt.version, grad=grad)
         self.mode.ps_after_update(self)
+
+    @property
+    def ends_training(self) -> bool:
+        """The run's steps or duration are done, or its model diverged under ``--on-diverge stop``."""
+        cfg = self.ctx.cfg
+        elapsed = time.time() - self.t0_ms / 1000.0
+        return bool((cfg.steps and self.opt.version >= cfg.steps) or (cfg.duration_s and elapsed >= cfg.duration_s)
+                    or self.ctx.divergence.stops_run)
 
     def _reply(self, weights: bool = True) -> None:
         """The answer to the leader: the new weights, or (``weights=False``) only the version
         that the gradient made, which the workers then apply themselves."""
-        cfg = self.ctx.cfg
-        elapsed = time.time() - self.t0_ms / 1000.0
-        self.stopped = bool((cfg.steps and self.opt.version >= cfg.steps)
-                            or (cfg.duration_s and elapsed >= cfg.duration_s))
+        self.stopped = self.ends_training
         if self.opt.version % 10 == 0:
             self.ctx.log.emit(Ev.UPDATE, version=self.opt.version)
         answer = Answer(self.opt.version, self.stopped, self.t0_ms, weights=weights, applied_as=self.opt.version,

@@ -6,6 +6,8 @@ A run's *status*:
 - ``completed``: ``summary.json`` says the training completed;
 - ``failed``: the run ended and has a summary, but its training did not complete
   (a crash, a timeout, a PS kill in mode ``none``);
+- ``diverged``: its model went non-finite (a NaN or inf in the weights, a gradient or the
+  metric: psmodes/divergence.py); an outcome of its own, counted and named by the reports;
 - ``incomplete``: no ``summary.json`` (the launcher was killed or crashed, or a
   sweep run that never finished: ``<slug>.partial``); its figures are
   recomputed from the events recorded so far, where possible;
@@ -151,6 +153,10 @@ class ConfigAggregate:
         return [r for r in self.runs if r.status == "completed"]
 
     @property
+    def diverged(self) -> list[RunRecord]:
+        return [r for r in self.runs if r.status == "diverged"]
+
+    @property
     def metric(self) -> metrics.Metric:
         """The metric its runs were scored by (one workload per configuration, so one metric)."""
         return next((r.metric for r in self.runs if r.summary), metrics.ACCURACY)
@@ -162,6 +168,7 @@ class ConfigAggregate:
     def record(self) -> dict:
         return {"label": self.label, "config": naming.identity(self.config), "runs": len(self.runs),
                 "completed": len(self.completed), "seeds": [r.seed for r in self.completed],
+                "diverged": len(self.diverged),
                 "reached_target": self.reached, "reference": self.reference, "metric": self.metric.as_dict(),
                 "metrics": {k: {"mean": e.mean, "ci95": e.half_width, "n": e.n, "values": self.values[k]}
                             for k, e in self.estimates.items()},
@@ -220,7 +227,7 @@ def load_run(path: Path, root: Path, target: float | None) -> RunRecord:
             summary = _read_json(path / "summary.json")
             if not isinstance(summary, dict) or "completed" not in summary:
                 raise ValueError("not a psbench summary")
-            status = "completed" if summary.get("completed") else "failed"
+            status = run_status(summary)
             reason = str(summary.get("exit_reason") or "")
         except (OSError, ValueError) as exc:
             summary = _recover(path)
@@ -246,6 +253,14 @@ def load_run(path: Path, root: Path, target: float | None) -> RunRecord:
         rec.metrics = run_metrics(summary, config, target, path)
         rec.rank_s = rank_seconds(config, summary)
     return rec
+
+
+def run_status(summary: dict) -> str:
+    """``completed``, ``diverged`` (its model went non-finite: an outcome of its own, never averaged)
+    or ``failed``, for a run that has a summary."""
+    if summary.get("diverged"):
+        return "diverged"
+    return "completed" if summary.get("completed") else "failed"
 
 
 def _recover(path: Path) -> dict | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from benchmarks import metrics
 from psmodes.config import ConfigError
 
-from .collect import LEGACY_KEYS, METRICS, RunRecord, collect, rank_seconds, run_metrics
+from .collect import LEGACY_KEYS, METRICS, RunRecord, collect, rank_seconds, run_metrics, run_status
 from .cost import Pricing
 from .lazy import frame
 from .report import fmt_est
@@ -58,6 +58,10 @@ class Side:
                 raise ConfigError(f"{p} holds no runs and no results.json")
             for a in aggs:
                 self.configs[a.label] = {m.key: a.values[m.key] for m in METRICS}
+                diverged = [r for r in a.runs if r.status == "diverged"]
+                if diverged:
+                    self.notes.append(f"{a.label}: {len(diverged)}/{len(a.runs)} runs DIVERGED (left out of its "
+                                      f"figures): {diverged[0].summary['diverged'].get('text')}")
                 self.metric_names.add(a.metric.name)
             return None
         raise ConfigError(f"{p} not found")
@@ -76,12 +80,13 @@ class Side:
                 m.key: list((figures.get(m.key) or figures.get(LEGACY_KEYS.get(m.key)) or {}).get("values") or [])
                 for m in METRICS}
             self.metric_names.add((c.get("metric") or {}).get("name", "accuracy"))
+            if c.get("diverged"):
+                self.notes.append(f"{c.get('label')}: {c['diverged']}/{c.get('runs')} runs DIVERGED (left out of its figures)")
 
     def _summary(self, summary: dict, folder: Path) -> None:
         config = _json(folder / "config.json") if (folder / "config.json").exists() else None
         config = config if isinstance(config, dict) else None
-        rec = RunRecord(folder, folder.name, config, summary, "completed" if summary.get("completed") else "failed",
-                        str(summary.get("exit_reason", "")))
+        rec = RunRecord(folder, folder.name, config, summary, run_status(summary), str(summary.get("exit_reason", "")))
         events = folder / "events"
         rec.metrics = run_metrics(summary, config, self.target, folder if events.is_dir() else None)
         if config:
@@ -90,11 +95,13 @@ class Side:
             if pricing:
                 pricing.price(rec)
         self.metric_names.add(rec.metric.name)
-        if not summary.get("completed"):
+        if rec.status == "diverged":
+            self.notes.append(f"the run DIVERGED ({summary['diverged'].get('text')}): no figure of it is compared")
+        elif not summary.get("completed"):
             self.notes.append(f"the run did not complete ({summary.get('exit_reason')})")
         label = str(summary.get("mode") or (config or {}).get("mode") or folder.name)
-        self.configs[label] = {m.key: [] if rec.metrics.get(m.key) is None else [rec.metrics[m.key]]
-                               for m in METRICS}
+        self.configs[label] = {m.key: [] if rec.metrics.get(m.key) is None or rec.status == "diverged"
+                               else [rec.metrics[m.key]] for m in METRICS}
 
 
 def _json(path: Path):

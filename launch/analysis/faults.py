@@ -9,8 +9,8 @@ Kinds:
   when a rank suspected it and the launcher SIGKILLed it (:mod:`psmodes.suspicion`);
 - ``slow``: a slow phase (``--slow-ps``), which the ranks should ride out;
 - ``partition``: the PS's host cut off the network for a while (``--partition-ps``);
-- ``unplanned`` (``planned: false``): a failure no injector event explains. Four kinds
-  of evidence: a fence of a process nobody hung (a hang that happened by itself; its time
+- ``unplanned`` (``planned: false``): a failure no injector event explains. Five kinds
+  of evidence: a PS replaced while alive that tried to write a checkpoint (``stale_writer``), a fence of a process nobody hung (a hang that happened by itself; its time
   is when the wait that suspected it began), a crash report in ``mpirun.log``, a
   process that died with no word (no ``usage`` event, its last act, and no kill of ours)
   that the survivors saw dead (a ``detect`` naming its role), and a spawned replacement
@@ -83,6 +83,10 @@ def fault_records(events: list[dict], kill_time, to_launcher) -> list[dict]:
     for c in by("crash", "launcher"):
         crashed.add((c.get("pid"), _short(c.get("host"))))
         out.append(_record("unplanned", False, c["t"], c, f"crash report in mpirun.log: {c.get('reason')}"))
+    for e in by("stale_writer"):  # a PS declared dead while alive wrote on: it had never died
+        out.append(_record("unplanned", False, to_launcher(e["t"], e["who"]), e,
+                           f"stale writer: {e['who']} (checkpoint generation {e.get('generation')}) wrote after "
+                           f"generation {e.get('current')} took over; its write was refused"))
     out += silent_deaths(events, ours | crashed, to_launcher)
     out += deaths_in_spawn(events, ours | crashed, to_launcher)
     out.sort(key=lambda r: r["_t"])

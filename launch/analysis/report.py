@@ -19,6 +19,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from psmodes import divergence
 from psmodes.atomic import write_text_atomic
 from psmodes.config import ConfigError
 
@@ -70,8 +71,24 @@ def target_cell(agg: ConfigAggregate) -> str:
 
 
 def runs_cell(agg: ConfigAggregate) -> str:
-    done, total = len(agg.completed), len(agg.runs)
-    return f"{done}/{total}" + (f" {DAGGER}" if done < total else "")
+    done, total, diverged = len(agg.completed), len(agg.runs), len(agg.diverged)
+    return f"{done}/{total}" + (f" {DAGGER}" if done < total else "") + (f" ({diverged} diverged)" if diverged else "")
+
+
+def diverged_findings(aggs: list[ConfigAggregate]) -> list[str]:
+    """A line per configuration with diverged runs: how many seeds, and after what (the most
+    frequent cause): "2/3 seeds diverged after a replay of 367 buffered updates (policy paper)"."""
+    out = []
+    for a in aggs:
+        runs = a.diverged
+        if not runs:
+            continue
+        texts = Counter(divergence.preceded_text((r.summary["diverged"] or {}).get("preceded_by") or {})
+                        .split(",")[0] for r in runs)
+        cause, _ = texts.most_common(1)[0]
+        out.append(f"- **{a.label}**: {len(runs)}/{len(a.runs)} seeds **diverged** {cause} "
+                   f"(non-finite {runs[0].summary['diverged'].get('where')}); left out of every mean.")
+    return out
 
 
 def kills_cell(config: dict, runs: list[RunRecord] | None = None) -> str:
@@ -453,7 +470,9 @@ def render(name, src, sweep, runs, aggs, target, plots, pricing, machine, machin
           "half-width of its 95% confidence interval over seeds (Student's t; no interval with one seed), over "
           "the completed runs only; – means the figure does not apply or nothing was measured.", ""]
     if not_done:
-        L += [f"**{len(not_done)} of {len(runs)} runs did not complete** ({DAGGER}): they are listed under "
+        diverged = sum(1 for r in not_done if r.status == "diverged")
+        L += [f"**{len(not_done)} of {len(runs)} runs did not complete** ({DAGGER}"
+              f"{f'; {diverged} of them diverged' if diverged else ''}): they are listed under "
               f"[Incomplete and failed runs](#incomplete-and-failed-runs) and left out of the means.", ""]
     short = in_short(aggs)
     if short:
@@ -462,6 +481,7 @@ def render(name, src, sweep, runs, aggs, target, plots, pricing, machine, machin
         L += claims.section(sweep["claims"], slices(aggs), md_table)
     L += ["## Findings", "", "Generated from the numbers below; a difference is called significant when Welch's "
           "t-test gives p < 0.05.", ""]
+    L += diverged_findings(aggs)
     L += findings(aggs, target) or ["- no completed runs: nothing to compare."]
     word, goal = metric_word(aggs), target_text(aggs, target)
     L += ["", "## Results", "", f"### {word.capitalize()} and throughput", ""]
@@ -510,8 +530,10 @@ def render(name, src, sweep, runs, aggs, target, plots, pricing, machine, machin
     if not_done:
         L += [md_table([{"run": r.rel, "configuration": r.label, "seed": r.seed if r.seed is not None else NA,
                          "status": r.status.upper(), "reason": r.reason or NA} for r in not_done]), ""]
-        L += ["`failed`: the run ended but its training did not complete; `incomplete`: no summary.json "
-              "(the launcher was killed or crashed); `broken`: its files cannot be read.", ""]
+        L += ["`failed`: the run ended but its training did not complete; `diverged`: its model went non-finite "
+              "(a NaN or inf in a gradient, the weights or the metric; the reason says where and after what); "
+              "`incomplete`: no summary.json (the launcher was killed or crashed); `broken`: its files cannot be "
+              "read.", ""]
     else:
         L += ["None: every run completed.", ""]
     L += configuration_section(aggs, seeds, src)

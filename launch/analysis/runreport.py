@@ -83,7 +83,8 @@ def write_run_report(run_dir: str | Path) -> Path:
     command = (run_dir / "command.txt").read_text().strip() if (run_dir / "command.txt").exists() else ""
     metric = metrics.of_summary(summary)
     plot = plot_timeline(summary, metric, run_dir / f"{metric.name}.png")
-    status = "completed" if summary["completed"] else f"**INCOMPLETE**: {summary['exit_reason']}"
+    status = ("completed" if summary["completed"] else f"**DIVERGED**: {summary['diverged']['text']}"
+              if summary.get("diverged") else f"**INCOMPLETE**: {summary['exit_reason']}")
     figures = {
         "status": status,
         f"final {metric.name}": final_metric(summary),

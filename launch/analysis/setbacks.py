@@ -14,6 +14,8 @@ hide both, so every failure gets a record:
   no dip; None if the run ended first);
 - ``lost_steps`` and ``lost_samples`` (lost steps x the samples of one PS update);
 - ``outage_s``: from the failure to the first update of the new PS (the plots shade it);
+- ``diverged``: True when the metric went non-finite after the failure (``worst`` and ``dip``
+  are then None: a NaN is worse than any number, and never counts as regained);
 - ``cause``: what the recovery did that can set the model back: a restore of an older state
   (``lost_steps`` > 0) or a replay of N buffered updates with policy P.
 """
@@ -26,7 +28,15 @@ def setbacks(timeline: list, faults: list[dict], recoveries: list[dict], samples
              replay: str | None = None, higher_is_better: bool = True) -> list[dict]:
     """One record per failure (see the module docstring); ``timeline``: ``[[t_s, step, metric], ...]``."""
     evals = sorted((float(t), float(v)) for t, _step, v in timeline if v is not None)
-    worse = (lambda a, b: a < b) if higher_is_better else (lambda a, b: a > b)  # noqa: E731 - a is worse than b
+    below = (lambda a, b: a < b) if higher_is_better else (lambda a, b: a > b)  # noqa: E731
+
+    def worse(a: float, b: float) -> bool:
+        """``a`` is worse than ``b``: a non-finite value (a diverged model) is worse than any number,
+        and nothing is worse than it (a NaN compares false both ways: it had counted as regained)."""
+        if not math.isfinite(a):
+            return math.isfinite(b)
+        return math.isfinite(b) and below(a, b)
+
     by_fault = {r.get("fault"): r for r in recoveries}
     out = []
     for i, f in enumerate(faults):
@@ -49,7 +59,13 @@ def setbacks(timeline: list, faults: list[dict], recoveries: list[dict], samples
             for e in window[1:]:
                 if worse(e[1], worst):
                     worst_t, worst = e
-            row["worst"], row["worst_t_s"] = worst, round(worst_t, 3)
+            row["worst"], row["worst_t_s"] = (worst if math.isfinite(worst) else None), round(worst_t, 3)
+            if not math.isfinite(worst):  # diverged: no dip to measure, never regained by a NaN
+                row["diverged"] = True
+                back = next((e for e in evals if e[0] > worst_t and not worse(e[1], before)), None)
+                row["regained_s"] = round(back[0] - t, 3) if back and math.isfinite(before) else None
+                out.append(row)
+                continue
             row["dip"] = round(max(0.0, (before - worst) if higher_is_better else (worst - before)), 4)
             if row["dip"] == 0:
                 row["regained_s"] = 0.0

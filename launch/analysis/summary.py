@@ -20,7 +20,9 @@ is noticed by a rank's suspicion), ``ps_heads`` (each process that applied updat
 recovers on its own: recovery_s to the first worker's applied step, the
 largest lost_steps, the mean idle_s, the sum of buffered updates), ``setbacks`` (per fault: the
 metric ``before`` it, the ``worst`` after it and its ``dip``, ``regained_s``, ``lost_samples``,
-``outage_s``, ``cause``; launch/analysis/setbacks.py), plus a few
+``outage_s``, ``cause``; launch/analysis/setbacks.py), ``diverged`` (None, or the first non-finite value a
+process saw: ``who``, ``t_s``, ``where``, ``version``, ``preceded_by``, ``text``; such a run is never
+``completed`` and its ``final_metric`` is None: psmodes/divergence.py), plus a few
 extras: ``usage`` (per process: CPU seconds, wall seconds, their ratio
 ``cpu_frac``, peak RSS in MiB; ``run_cpu_frac`` and its seconds from the process's start event on,
 without its start-up), ``ps_timing`` (the PS's median seconds per
@@ -36,6 +38,7 @@ Times are seconds since training started (the PS's first contact).
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from pathlib import Path
 
@@ -44,6 +47,7 @@ import numpy as np
 from benchmarks import metrics
 from benchmarks.registry import WorkloadError, get as get_workload
 from psmodes.atomic import write_text_atomic
+from psmodes import divergence
 from psmodes.config import RunConfig
 from psmodes.events import read_run_events
 
@@ -152,9 +156,13 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
     # a job that ended for a whole-job restart failed on purpose: only the last job's failures count
     failed = [e for e in by("failed") if not restarts or e["t"] > restarts[-1]["t_restart"]]
     done = [e for e in by("done") if e["who"] == "worker0" and e.get("completed")]
-    completed = bool(done) and bool(finals) and not failed
+    # the first non-finite value any process saw (psmodes/divergence.py): never a completed run
+    diverged = next(iter(by("diverged")), None)
+    completed = bool(done) and bool(finals) and not failed and diverged is None
     crashes = by("crash")  # recorded by the launcher for a rank that died of a signal it did not send
-    if exit_reason is None:
+    if diverged is not None and exit_reason is None:
+        exit_reason = f"diverged: {divergence.describe(diverged)}"
+    elif exit_reason is None:
         exit_reason = "completed" if completed else next((e["reason"] for e in failed + crashes), "incomplete")
     elif completed and exit_reason != "completed":
         exit_reason = f"completed ({exit_reason})"
@@ -164,7 +172,7 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
     taken = [replay_taken(r, replays, handovers) for r in replays]
     replay = cfg.replay if "replay" in cfg.recovery_mode.options else None
     public_faults = [public(f, rel) for f in faults]
-    return {
+    return strict_json({
         "summary_version": SUMMARY_VERSION,
         "benchmark": cfg.benchmark,
         "mode": cfg.mode,
@@ -174,8 +182,9 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
         "replay": replay,
         "completed": completed,
         "exit_reason": exit_reason,
+        "diverged": diverged_record(diverged, rel, final_value(evals, finals)),
         "metric": metric.as_dict(),
-        "final_metric": timeline[evals.index(finals[-1])][2] if finals else None,
+        "final_metric": final_value(evals, finals),
         "metric_timeline": timeline,
         "samples_per_s": round(training_samples_per_s, 2) if training_samples_per_s else None,
         "samples_per_s_with_outages": round(samples_per_s, 2) if samples_per_s else None,
@@ -219,7 +228,26 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
         "ps_timing": next(({k: v for k, v in e.items() if k not in ("t", "ev")} for e in by("ps_timing")), None),
         "hosts": sorted(set(clock.hosts.values())),
         "clock_offsets": clock.offsets,
-    }
+    })
+
+
+def final_value(evals: list[dict], finals: list[dict]):
+    """The final evaluation's value; None when there was none or it was not a finite number (a
+    diverged model: the summary says so under ``diverged``, and no mean is ever taken over a NaN)."""
+    if not finals:
+        return None
+    value = finals[-1].get("value", finals[-1].get("accuracy"))
+    return value if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def diverged_record(event: dict | None, rel, final) -> dict | None:
+    """``diverged`` in summary.json: who saw the first non-finite value, where, at which version
+    and after what (psmodes/divergence.py), in words too; None for a run that did not diverge."""
+    if event is None:
+        return None
+    return {"who": event["who"], "t_s": rel(event["t"]), "where": event.get("where"), "version": event.get("version"),
+            "preceded_by": event.get("preceded_by") or {}, "policy": event.get("policy"),
+            "text": divergence.describe(event), "final_metric_finite": final is not None}
 
 
 class Clocks:
@@ -357,5 +385,17 @@ def public(fault: dict, rel) -> dict:
 
 def write_summary(run_dir: str | Path, summary: dict) -> Path:
     path = Path(run_dir) / "summary.json"
-    write_text_atomic(path, json.dumps(summary, indent=2) + "\n")
+    write_text_atomic(path, json.dumps(strict_json(summary), indent=2) + "\n")
     return path
+
+
+def strict_json(value):
+    """``value`` with every non-finite float as None: summary.json stays JSON that any reader takes
+    (a diverged run's timeline had ``NaN`` in it); ``diverged`` says what the None stands for."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    return value

@@ -45,9 +45,11 @@ these invariants:
 - ``hang``: every hang that did not end by itself was fenced within
   ``--suspect-after`` + 1.5 s; a pause that ended was not fenced; no process was
   fenced that nobody hung (a false suspicion);
-- ``unplanned``: every kill from outside is in ``faults`` as an unplanned failure.
+- ``unplanned``: every kill from outside is in ``faults`` as an unplanned failure;
+- ``diverged``: a run whose evaluated metric went non-finite is recorded as diverged
+  (psmodes/divergence.py); a diverged run is an outcome, counted on its own, not a violation.
 
-It prints one row per mode: trials, faults by kind, survived (completed), invariant
+It prints one row per mode: trials, faults by kind, survived (completed), diverged, invariant
 violations (must be 0), slowest recovery; a row per kind of fault: detection
 p50/p95, recovery p50, lost steps; then every violation. Exit status 1
 when any invariant was violated, 2 for bad input (nothing started).
@@ -58,6 +60,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import math
 import os
 import random
 import signal
@@ -310,9 +313,12 @@ def check_trial(cfg: RunConfig, summary: dict | None, wall_s: float,
     timeouts = [f["reason"] for f in summary.get("failures") or [] if "PeerTimeout" in str(f.get("reason"))]
     if timeouts:
         bad.append(f"deadline: a rank waited out its peer timeout, a hang cut short ({timeouts[0]})")
-    if not summary.get("completed") and not (summary.get("failures") or summary.get("crashes")) \
-            and "watchdog" not in reason:
+    if not summary.get("completed") and not (summary.get("failures") or summary.get("crashes")
+                                             or summary.get("diverged")) and "watchdog" not in reason:
         bad.append(f"deadline: the run neither completed nor failed with a recorded reason ({reason})")
+    unnoticed = unrecorded_divergence(run_dir, summary)
+    if unnoticed:
+        bad.append(f"diverged: {unnoticed}, and the run was not recorded as diverged")
     for path in sorted((run_dir / "checkpoints").glob("ckpt-*.pt")):
         from psmodes import checkpoint as ckpt  # imports torch (about 2 s): only when there are checkpoints
 
@@ -340,6 +346,18 @@ def check_trial(cfg: RunConfig, summary: dict | None, wall_s: float,
             what = "before the first kill" if not lost else f"at the state it resumed from ({lost} steps before the kill)"
             bad.append(f"{metric.name}: {final:.3f} at the end, {before:.3f} {what} (tolerance {tolerance})")
     return bad + check_faults(cfg, summary, outside_kills, respawn_times(run_dir))
+
+
+def unrecorded_divergence(run_dir: Path, summary: dict) -> str | None:
+    """A non-finite evaluated metric in the run's events when its summary says it did not diverge
+    (psmodes/divergence.py records every one): what was seen, else None."""
+    if summary.get("diverged"):
+        return None
+    for e in read_run_events(run_dir):
+        value = e.get("value") if e["ev"] == "eval" else None
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"{e['who']} evaluated {value} at version {e.get('ps_step')}"
+    return None
 
 
 def respawn_times(run_dir: Path) -> list[float]:
@@ -488,6 +506,7 @@ def cmd_chaos(a: argparse.Namespace) -> int:
                               for r in summary.get("recoveries") or []],
                "slowest_answer_s": summary.get("slowest_answer_s"),
                "completed": bool(summary.get("completed")), "exit_reason": summary.get("exit_reason"),
+               "diverged": bool(summary.get("diverged")),
                "recovery_s": max([r["recovery_s"] for r in summary.get("recoveries") or []], default=None),
                "lost_steps": [r["lost_steps"] for r in summary.get("recoveries") or []],
                "params": cfg.recovery_mode.describe(cfg), "wall_s": round(wall, 1), "violations": bad}
@@ -502,7 +521,7 @@ def cmd_chaos(a: argparse.Namespace) -> int:
                 f"{cfg.spares} spare(s)" + (", refilled" if cfg.refill_spares else "")
             print(f"[{n}/{len(trials)}] {cfg.mode} {row['trial']} ({row['params']}, {spares}; "
                   f"faults {faults}): "
-                  f"{'completed' if row['completed'] else 'failed: ' + str(row['exit_reason'])[:80]}, "
+                  f"{'completed' if row['completed'] else str(row['exit_reason'])[:80] if row['diverged'] else 'failed: ' + str(row['exit_reason'])[:80]}, "
                   f"{len(row['faults'])} fault(s), {wall:.0f} s - {verdict}", file=sys.stderr, flush=True)
         write_text_atomic(out / "chaos.json", json.dumps({"argv": sys.argv, "trials": results}, indent=2) + "\n")
     print(table(results))
@@ -528,6 +547,7 @@ def table(results: list[dict]) -> str:
         rows.append({"mode": mode, "recovery": recovery, "spares": spares, "trials": len(rs),
                      "faults": ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "-",
                      "survived": sum(r["completed"] for r in rs),
+                     "diverged": sum(1 for r in rs if r.get("diverged")),
                      "invariant violations": sum(len(r["violations"]) for r in rs),
                      "Open MPI crash": sum(1 for r in rs if r.get("open_mpi_crashes")),
                      "mpirun lingered": sum(1 for r in rs if r.get("lingered")),

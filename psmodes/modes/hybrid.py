@@ -81,6 +81,7 @@ class Hybrid(ChainReplication):
 
         ctx, world = server.ctx, server.ctx.cluster.world
         first = hello.version - hello.vectors
+        server.ctx.divergence.note("catch-up", server.opt.version, updates=hello.vectors)
         grad = torch.zeros(server.numel)
         applied = skipped = 0
         gap = None

@@ -134,6 +134,7 @@ class Stateless(RecoveryMode):
         buffered update with the replay policy."""
         import torch
 
+        from ..divergence import TAKEOVER
         from ..events import Ev
         from ..replay import apply_buffered
 
@@ -146,6 +147,10 @@ class Stateless(RecoveryMode):
             opt.weights.copy_(max(items, key=lambda it: it.version).weights)
         opt.version = max(it.version for it in items)
         count = sum(it.buffered for it in items)
+        div = server.ctx.divergence
+        div.note("handover", opt.version, workers=len(items))
+        div.check_weights(opt.weights, opt.version, where=TAKEOVER)
+        div.note("replay", opt.version + count, updates=count, policy=policy)  # the version it ends at
         vectors = [v for it in items for v in it.vectors]
         if policy in ("paper", "mean") and len(vectors) > 1:  # per-worker sums: add them up in place
             total = vectors[0]

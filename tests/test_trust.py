@@ -1,0 +1,158 @@
+"""Figures you can trust: a diverged run is its own outcome (never "completed", never averaged),
+and a checkpoint of a replaced PS generation is never restored. Each test fails without the
+protection it names."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+
+import pytest
+import torch
+
+from conftest import events, psbench, run_ok
+
+# a regressor that the stateless replay throws over a cliff (tests/cliff_workload.py)
+CLIFF = ["--benchmark", "tests/cliff_workload.py:workload", "--workers", "2", "--restart-delay", "0",
+         "--eval-interval", "1s"]
+DIVERGING = [*CLIFF, "--mode", "stateless", "--replay", "sequential", "--kill-ps", "step:40", "--duration", "8s"]
+
+SWEEP = """
+name = "cliff"
+seeds = [0]
+[base]
+benchmark = "tests/cliff_workload.py:workload"
+workers = 2
+duration = "6s"
+restart-delay = "0"
+eval-interval = "1s"
+kill-ps = "step:40"
+replay = "sequential"
+checkpoint-every = 20
+[grid]
+mode = ["stateless", "checkpoint"]
+"""
+
+
+def test_a_replay_that_diverges_ends_the_run_as_diverged_and_the_report_says_so(tmp_path):
+    """The user's GRU under the paper's replay went to NaN and was reported completed. Here the replay
+    of 256 gradients computed on frozen weights throws the model over its cliff: the next gradient is
+    infinite, the PS records it once with what preceded it, the run stops (--on-diverge stop), the
+    setback never counts a NaN as regained, and a sweep's report names the diverged run and keeps
+    every figure finite."""
+    sweep = tmp_path / "cliff.toml"
+    sweep.write_text(SWEEP)
+    out = tmp_path / "sweep"
+    proc = psbench("sweep", str(sweep), "--out", str(out), "--report-dir", str(tmp_path / "report"), "--quiet",
+                   timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (stateless,) = [p for p in out.glob("runs/*/summary.json") if "stateless" in p.parent.name]
+    s = json.loads(stateless.read_text())
+    run = stateless.parent
+    assert not s["completed"] and s["exit_reason"].startswith("diverged: "), s["exit_reason"]
+    d = s["diverged"]
+    assert d["who"].startswith("ps") and d["where"] == "gradient", d
+    assert d["preceded_by"]["what"] == "replay" and d["preceded_by"]["policy"] == "sequential", d
+    assert d["preceded_by"]["updates"] > 0 and d["preceded_by"]["updates_since"] <= 2, d
+    assert len(events(run, "diverged", "ps")) == 1  # recorded once
+    (setback,) = s["setbacks"]
+    assert setback["diverged"] and setback["regained_s"] is None and setback["dip"] is None, setback
+    assert s["final_metric"] is None  # non-finite: never a number to average
+    assert "NaN" not in stateless.read_text() and "Infinity" not in stateless.read_text()  # strict JSON
+    assert s["train_s"] < 6, s["train_s"]  # stopped at the divergence, not at the end of its 8 s
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "1/1 seeds **diverged** after a replay of" in text, text[:3000]
+    assert "DIVERGED" in text and not re.search(r"\|\s*(nan|inf)\b", text, re.I), text[:3000]  # no NaN cell
+    checkpoint = next(p for p in out.glob("runs/*/summary.json") if "checkpoint" in p.parent.name)
+    assert json.loads(checkpoint.read_text())["completed"]  # the same model, kept state: no divergence
+
+
+def test_on_diverge_continue_trains_on_and_records_the_same(tmp_path):
+    out, s = run_ok(tmp_path, *DIVERGING, "--on-diverge", "continue", expect_complete=False)
+    assert s["diverged"] and s["diverged"]["policy"] == "continue"
+    assert not s["completed"] and s["exit_reason"].startswith("diverged")
+    assert s["train_s"] > 7, s["train_s"]  # trained to the end of its 8 s
+    evaluated = [e["value"] for e in events(out, "eval")]
+    assert not math.isfinite(evaluated[-1])  # its weights stayed non-finite: recorded, not hidden
+
+
+def test_bad_on_diverge_value_is_one_line():
+    proc = psbench("run", "--on-diverge", "maybe", "--dry-run")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "--on-diverge" in proc.stderr and "stop, continue" in proc.stderr
+
+
+# ---- checkpoint generations (psmodes/checkpoint.py)
+def _state(version: int, generation: int, value: float = 1.0) -> dict:
+    from psmodes import checkpoint as ckpt
+
+    return ckpt.make_state(torch.full((10,), value), None, version, 0, generation=generation)
+
+
+def test_a_replaced_generation_never_wins_a_restore_nor_prunes_the_new_one(tmp_path):
+    """A PS declared dead while alive keeps writing: its higher versions must not be restored over
+    the new PS's state, its prune must not delete the new PS's files, and its writes are refused."""
+    from psmodes import checkpoint as ckpt
+
+    old = ckpt.claim(tmp_path)
+    assert old == 0
+    ckpt.save(tmp_path, _state(100, old))
+    new = ckpt.claim(tmp_path)  # the replacement
+    assert new == 1
+    ckpt.save(tmp_path, _state(40, new, 2.0))
+    with pytest.raises(ckpt.StaleWriter):  # the old PS's next write
+        ckpt.save(tmp_path, _state(200, old))
+    # one that slipped in before the claim (or on a file system whose listing lags) loses anyway
+    ckpt.path_for(tmp_path, 900, old).write_bytes(ckpt.path_for(tmp_path, 100, old).read_bytes())
+    state, _ = ckpt.newest(tmp_path, 10)
+    assert (state["generation"], state["version"]) == (1, 40)
+    # the old writer's prune (as if its refusal were bypassed) keeps the new generation's file
+    for v in (300, 301, 302, 303):
+        ckpt.path_for(tmp_path, v, old).write_bytes(ckpt.path_for(tmp_path, 100, old).read_bytes())
+    (tmp_path / ckpt.FENCE).write_text("0\n")
+    ckpt.save(tmp_path, _state(304, old))
+    assert ckpt.path_for(tmp_path, 40, new).exists()
+    # a killed writer's temporary file is removed at restore
+    (tmp_path / ".ckpt-g0001-0000000050.pt.x.tmp").write_bytes(b"torn")
+    assert ckpt.remove_leftovers(tmp_path) == [".ckpt-g0001-0000000050.pt.x.tmp"]
+
+
+def test_a_checkpoint_of_a_replaced_generation_is_never_restored_in_a_run(tmp_path):
+    """Under mpirun: the first replacement (generation 1) takes over; a checkpoint with a far higher
+    version is then planted as if the first PS, declared dead while alive, had written it; the second
+    replacement must resume from generation 1's newest, not from it (its weights are NaN: had it
+    been restored, the run would have diverged)."""
+    import subprocess
+    import threading
+    import time
+
+    from conftest import PSBENCH, ROOT
+    from psmodes import checkpoint as ckpt
+
+    out = tmp_path / "run"
+    args = [*PSBENCH, "run", "--quiet", "--no-report", "--out", str(out), "--benchmark", "synthetic",
+            "--model-params", "20000", "--workers", "2", "--no-evaluator", "--mode", "checkpoint",
+            "--checkpoint-every", "10", "--restart-delay", "0", "--kill-ps", "step:60,step:400", "--steps", "600"]
+    planted = threading.Event()
+
+    def plant() -> None:
+        folder = out / "checkpoints"
+        t_end = time.time() + 120
+        while time.time() < t_end and not events(out, "resume"):
+            time.sleep(0.02)
+        numel = ckpt.load(ckpt.checkpoint_files(folder)[-1])["weights"].numel()
+        zombie = ckpt.make_state(torch.full((numel,), float("nan")), None, 10**6, 0, generation=0)
+        torch.save({**zombie, "optimizer_state": torch.zeros(0)}, ckpt.path_for(folder, 10**6, 0))
+        planted.set()
+
+    helper = threading.Thread(target=plant, daemon=True)
+    helper.start()
+    proc = subprocess.run(args, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert planted.is_set(), "the first replacement never resumed"
+    s = json.loads((out / "summary.json").read_text())
+    resumes = events(out, "resume")
+    assert [r["generation"] for r in resumes] == [1, 2], resumes
+    assert resumes[1]["from_generation"] == 1 and resumes[1]["from_version"] < 10**6, resumes[1]
+    assert s["completed"] and not s["diverged"], (s["exit_reason"], proc.stderr[-2000:])
