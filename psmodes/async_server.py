@@ -34,7 +34,7 @@ import time
 
 from . import killpoints, transport as tp
 from .events import Ev
-from .messages import Answer, Grad, Hello, Ready, parse
+from .messages import Answer, Grad, Hello, Ready, generation_of, parse
 from .server import ParameterServer
 
 
@@ -54,6 +54,7 @@ class AsyncParameterServer(ParameterServer):
         self.computing: dict[int, int] = {}    # worker index -> version of the weights it computes on
         self.waiting: list[tuple] = []         # answers held back: (index, rank, applied, staleness, version it made)
         self.handovers: dict = {}  # a replacement awaiting them: worker index -> hand-over
+        self.asked_in: dict[int, int] = {}  # worker index -> the world generation of its last request
         workers = [r for r, role in enumerate(c.roles) if role.kind == "worker"]
         if self.awaiting_handover:
             for rank in workers:  # each worker trains on until it hears this
@@ -63,6 +64,7 @@ class AsyncParameterServer(ParameterServer):
             while len(self.stopped_workers) < len(workers):
                 hdr, src = inbox.get(ctx.outage_timeout, "PS waits for the workers", on_idle=self._idle)
                 msg = parse(hdr, Hello, Grad)
+                self.asked_in[msg.worker] = generation_of(hdr)  # its answer belongs to that generation
                 if isinstance(msg, Hello):
                     self._hello_from(msg, src)
                 else:
@@ -107,7 +109,8 @@ class AsyncParameterServer(ParameterServer):
             index, rank, applied, staleness, applied_as = self.waiting.pop(0)
             answer = Answer(self.opt.version, self.stopped, self.t0_ms, weights=True, staleness=staleness,
                             applied_as=applied_as if applied else -1)
-            reqs = tp.isend(self.ctx.cluster.world, answer, self.opt.weights.numpy(), rank, tp.TAG_FROM_PS)
+            reqs = tp.isend(self.ctx.cluster.world, answer, self.opt.weights.numpy(), rank, tp.TAG_FROM_PS,
+                            generation=self.asked_in.get(index))
             killpoints.reached("send_weights", self.ctx, version=self.opt.version, worker=index)
             # a worker may already be in an announced respawn: notice it here too
             tp.wait(reqs, self.ctx.peer_timeout, "PS sends weights", on_idle=self.ctx.idle,

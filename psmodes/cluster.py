@@ -38,6 +38,16 @@ class Cluster:
         self.me = me
         self.generation = generation
 
+    @property
+    def generation(self) -> int:
+        """The world generation: 0 at the start, one more at every respawn (spawned or relabelled by
+        spares). Every message this process sends carries it (psmodes.transport.Generations)."""
+        return transport.GENERATIONS.current
+
+    @generation.setter
+    def generation(self, value: int) -> None:
+        transport.GENERATIONS.current = value
+
     # ---- lookups
     def rank_of(self, kind: str, index: int = 0) -> int | None:
         for rank, role in enumerate(self.roles):

@@ -75,6 +75,8 @@ class Context:
         self.refilling = False  # the announcement that came was ACTION_REFILL (read by respawn)
         self.refill_after = 0.0  # no refill before this (monotonic): REFILL_SETTLE_S after a repair
         self.divergence = Divergence(self)  # a non-finite value, recorded once (psmodes/divergence.py)
+        # a message of an older world generation, dropped with its payloads (psmodes.transport.Generations)
+        transport.GENERATIONS.on_drop = lambda **what: self.log.emit(Ev.STALE_DROPPED, **what)
         self.prebuilt: FlatParams | None = None  # a spare's model, built while it waits (build_flat)
         # a replacement is itself cold at first, and so are the waits of the others on it (psmodes.suspicion)
         self.cold_until = time.monotonic() + COLD_START_S if cluster.generation else 0.0

@@ -34,6 +34,7 @@ class Ev(StrEnum):
     SPAWN_FAILED = "spawn_failed"      # attempt, error, spawning, died_before_joining
     KILLPOINT = "killpoint"            # point, pid, host: stopped itself for the injector (tests)
     DIVERGED = "diverged"              # where, version, preceded_by, policy: a non-finite value (psmodes.divergence)
+    STALE_DROPPED = "stale_dropped"    # kind, generation, current, source, tag: a message of an older generation
     SUSPECT = "suspect"                # role, pid, host, what, waited_s, t_suspect: a peer past --suspect-after
     # the PS
     TRAIN_START = "train_start"        # t0_ms: the run's clock starts at the first contact

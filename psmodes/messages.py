@@ -1,10 +1,13 @@
 """Every message between ranks, defined once: a small frozen type with named fields.
 
 On the wire each message is the fixed header of :data:`HEADER_LEN` int64s that
-:mod:`psmodes.transport` moves (``[kind, field 1, field 2, ...]``, unused slots 0),
-followed, when the message says so, by a float32 payload of a size both sides know.
-Nothing is pickled. :meth:`Message.to_header` and :func:`parse` are the only code that
-knows a field's position: the rest of psmodes reads ``msg.version``, never ``hdr[1]``.
+:mod:`psmodes.transport` moves (``[kind, field 1, field 2, ..., generation]``, unused slots 0),
+followed, when the message says so (:attr:`Message.payloads`), by float32 payloads of sizes
+both sides know. The last slot, :data:`GENERATION_SLOT`, is the world generation the message
+belongs to, which transport stamps and checks (a receiver drops a message of an older
+generation: :class:`psmodes.transport.Generations`). Nothing is pickled.
+:meth:`Message.to_header` and :func:`parse` are the only code that knows a field's position:
+the rest of psmodes reads ``msg.version``, never ``hdr[1]``.
 
 | message | from -> to | tag | payload that follows |
 | --- | --- | --- | --- |
@@ -29,6 +32,7 @@ from typing import ClassVar
 import numpy as np
 
 HEADER_LEN = 12
+GENERATION_SLOT = HEADER_LEN - 1  # the world generation of the message (psmodes.transport stamps it)
 
 # Control.weights: what the workers do with their copy of the model before the next step
 KEEP, RECEIVE, APPLY = 0, 1, 2  # keep it; take the leader's broadcast; apply the averaged gradient
@@ -54,8 +58,16 @@ class Message:
 
     KIND: ClassVar[int] = 0
 
+    @property
+    def payloads(self) -> int:
+        """The payload arrays that follow the header on its tag (a dropped message's are received
+        and thrown away with it)."""
+        return 0
+
     def to_header(self) -> np.ndarray:
         values = [int(getattr(self, f.name)) for f in dataclasses.fields(self)]
+        if len(values) >= GENERATION_SLOT:
+            raise ProtocolError(f"{type(self).__name__} has {len(values)} fields; a header holds {GENERATION_SLOT - 1}")
         hdr = np.zeros(HEADER_LEN, dtype=np.int64)
         hdr[0] = self.KIND
         hdr[1:1 + len(values)] = values
@@ -80,6 +92,10 @@ class Grad(Message):
     version: int
     worker: int = 0  # the sender's worker index (async: the PS answers each worker on its own)
     mailbox_slot: int = -1
+
+    @property
+    def payloads(self) -> int:
+        return 1 if self.mailbox_slot < 0 else 0
 
 
 @dataclass(frozen=True)
@@ -106,6 +122,10 @@ class Answer(Message):
     def applied(self) -> bool:
         return self.applied_as >= 0
 
+    @property
+    def payloads(self) -> int:
+        return int(self.weights)
+
 
 @dataclass(frozen=True)
 class Stop(Message):
@@ -122,6 +142,7 @@ class Snapshot(Message):
     final: bool
     t_ms: int
     t0_ms: int
+    payloads: ClassVar[int] = 1
 
 
 @dataclass(frozen=True)
@@ -131,6 +152,7 @@ class State(Message):
     version: int
     ack: bool
     t0_ms: int
+    payloads: ClassVar[int] = 1
 
 
 @dataclass(frozen=True)
@@ -164,6 +186,13 @@ class Hello(Message):
     mailbox_pid: int = 0
     mailbox_fd: int = 0
     mailbox_token: int = 0
+
+    @property
+    def payloads(self) -> int:
+        """The pending gradient on its tag. A hand-over's payloads go on TAG_HANDOVER, and only to a PS
+        of the Hello's own generation (Ready, or a take-over after a shrink that made a new world):
+        no Hello with a hand-over is ever of an older generation than its receiver."""
+        return 1 if self.pending else 0
 
 
 @dataclass(frozen=True)
@@ -211,6 +240,11 @@ def parse(hdr: np.ndarray, *expected: type[Message]) -> Message:
         names = " or ".join(c.__name__ for c in expected) or "a message"
         raise ProtocolError(f"expected {names}, got {describe(hdr)}")
     return cls.from_header(hdr)
+
+
+def generation_of(hdr: np.ndarray) -> int:
+    """The world generation a header was stamped with."""
+    return int(hdr[GENERATION_SLOT])
 
 
 def describe(hdr: np.ndarray) -> str:

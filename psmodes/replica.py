@@ -101,11 +101,12 @@ class Replica:
             msg, pred = tp.recv(c.world, MPI.ANY_SOURCE, tp.TAG_CHAIN, ctx.outage_timeout, "replica waits for state",
                                 State, Stop, on_idle=ctx.idle, poll=self.poll, quiet_until=self.pacer.begin())
             self.pacer.arrived()
+            generation = tp.GENERATIONS.last_received  # forwards and the ACK belong to the head's generation
             succ = c.successor()
             if isinstance(msg, Stop):
                 if succ is not None:
                     tp.send(c.world, msg, None, succ, tp.TAG_CHAIN, ctx.peer_timeout, "forward stop",
-                            watch=ctx.death_watch())
+                            watch=ctx.death_watch(), generation=generation)
                 ctx.log.emit(Ev.DONE, version=self.version, completed=True)
                 return True
             version = msg.version
@@ -116,9 +117,9 @@ class Replica:
             # forward (or acknowledge) first, keep the copies while it travels: the head waits for the
             # tail's ACK on every strict update, so this replica's own bookkeeping stays off that path
             if succ is not None:
-                reqs = tp.isend(c.world, msg, self.incoming.numpy(), succ, tp.TAG_CHAIN)
+                reqs = tp.isend(c.world, msg, self.incoming.numpy(), succ, tp.TAG_CHAIN, generation)
             elif msg.ack:
-                reqs = tp.isend(c.world, Ack(version), None, c.ps, tp.TAG_ACK)
+                reqs = tp.isend(c.world, Ack(version), None, c.ps, tp.TAG_ACK, generation)
             else:
                 reqs = []
             spare = self.older[1] if self.older is not None else torch.empty_like(self.incoming)

@@ -90,6 +90,7 @@ class ParameterServer:
         self.mode = ctx.mode
         self.awaiting_handover = False  # a fresh replacement whose state comes from the workers (stateless)
         self.t0_ms = t0_ms
+        self.answering: int | None = None  # the world generation of the request being answered
         self.stopped = False
         self.started = not fresh
         self._eval_sends = tp.PostedSends()
@@ -134,6 +135,7 @@ class ParameterServer:
         while not self.stopped:
             msg, _ = tp.recv(world, MPI.ANY_SOURCE, tp.TAG_TO_PS, ctx.outage_timeout, "PS waits for the leader",
                              Hello, Grad, on_idle=self._idle, quiet_until=self.pacer.begin())
+            self.answering = tp.GENERATIONS.last_received  # the answer belongs to the request's generation
             self.pacer.arrived()
             if isinstance(msg, Hello):
                 self._hello(msg)
@@ -188,7 +190,7 @@ class ParameterServer:
         answer = Answer(self.opt.version, self.stopped, self.t0_ms, weights=weights, applied_as=self.opt.version,
                         durable=self.mode.ps_durable_version(self), mailbox=self.mailbox is not None)
         reqs = tp.isend(self.ctx.cluster.world, answer, self.opt.weights.numpy() if weights else None,
-                        self.ctx.cluster.leader, tp.TAG_FROM_PS)
+                        self.ctx.cluster.leader, tp.TAG_FROM_PS, generation=self.answering)
         killpoints.reached("send_weights", self.ctx, version=self.opt.version)
         tp.wait(reqs, self.ctx.peer_timeout, "PS sends weights")
 

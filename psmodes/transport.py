@@ -18,7 +18,7 @@ from collections import deque
 import numpy as np
 from mpi4py import MPI
 
-from .messages import HEADER_LEN, Message, parse
+from .messages import GENERATION_SLOT, HEADER_LEN, Message, describe, generation_of, parse
 
 # message tags
 TAG_TO_PS = 11       # leader/worker -> PS: gradient or control
@@ -159,13 +159,81 @@ def call(fn, what: str, *args, **kwargs):
 
 
 def send(comm: MPI.Comm, msg: Message, payload: np.ndarray | None, dest: int, tag: int,
-         timeout: float, what: str, on_idle=None, watch: MPI.Request | None = None, suspect=None) -> None:
-    wait(isend(comm, msg, payload, dest, tag), timeout, what, on_idle=on_idle, watch=watch, suspect=suspect)
+         timeout: float, what: str, on_idle=None, watch: MPI.Request | None = None, suspect=None,
+         generation: int | None = None) -> None:
+    wait(isend(comm, msg, payload, dest, tag, generation), timeout, what, on_idle=on_idle, watch=watch,
+         suspect=suspect)
 
 
-def isend(comm: MPI.Comm, msg: Message, payload: np.ndarray | None, dest: int, tag: int) -> list:
-    """Post a message's header (and its payload); the header buffer lives as long as the request."""
-    reqs = [comm.Isend(msg.to_header(), dest, tag)]
+class Generations:
+    """The world generation this process is in, stamped on every message it sends, and the
+    messages of older generations it dropped.
+
+    A repair that spares cover relabels the same communicator (psmodes.cluster), so a message sent
+    before it can be received after it: an async worker took the PS's answer to a gradient sent
+    before a spare's take-over as the answer to its Hello after it, stayed one answer behind, and
+    suspected the live new head after training (fenced: an unplanned failure of psbench's own
+    making). Every header carries its generation (``GENERATION_SLOT``); a receiver drops one of an
+    older generation than its own, with its payloads, and says so (``on_drop``: the rank's
+    ``stale_dropped`` event). A reply carries the generation of the request it answers when that
+    is newer (``isend(..., generation=)``): a rank that answers a request of the new generation
+    before it has been through the repair itself must not have its answer dropped."""
+
+    def __init__(self) -> None:
+        self.current = 0
+        self.last_received = 0  # the generation of the header a receive returned last
+        self.dropped = 0
+        self.on_drop = None     # (kind, generation, current, source, tag) -> None
+
+    def stamp(self, hdr: np.ndarray, generation: int | None = None) -> np.ndarray:
+        hdr[GENERATION_SLOT] = self.current if generation is None else max(self.current, generation)
+        return hdr
+
+    def stale(self, hdr: np.ndarray) -> bool:
+        return generation_of(hdr) < self.current
+
+    def drop(self, comm: MPI.Comm, hdr: np.ndarray, source: int, tag: int, timeout: float, what: str) -> None:
+        """Receive and throw away the payloads that follow a stale header, and record it."""
+        try:
+            payloads = parse(hdr).payloads
+        except Exception:  # noqa: BLE001 - a foreign header: nothing follows that we know of
+            payloads = 0
+        for _ in range(payloads):
+            _discard_next(comm, source, tag, timeout, f"{what} (a stale message's payload)")
+        self.dropped += 1
+        if self.on_drop is not None:
+            self.on_drop(kind=describe(hdr).split(" ")[0], generation=generation_of(hdr), current=self.current,
+                         source=source, tag=tag)
+
+
+GENERATIONS = Generations()
+
+
+def _discard_next(comm: MPI.Comm, source: int, tag: int, timeout: float, what: str) -> None:
+    """Receive the next message from ``source`` on ``tag``, whatever its size, and discard it."""
+    status = MPI.Status()
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            message = comm.Improbe(source, tag, status)
+        except MPI.Exception as exc:
+            raise classify(exc, what) from None
+        if message is not None:
+            break
+        if time.monotonic() > deadline:
+            raise PeerTimeout(f"{what}: no answer in {timeout:.0f} s")
+        time.sleep(1e-4)
+    try:
+        message.Recv(np.empty(status.Get_count(MPI.BYTE), dtype=np.uint8))
+    except MPI.Exception as exc:
+        raise classify(exc, what) from None
+
+
+def isend(comm: MPI.Comm, msg: Message, payload: np.ndarray | None, dest: int, tag: int,
+          generation: int | None = None) -> list:
+    """Post a message's header (and its payload); the header buffer lives as long as the request.
+    ``generation``: a reply's, the generation of the request it answers (see :class:`Generations`)."""
+    reqs = [comm.Isend(GENERATIONS.stamp(msg.to_header(), generation), dest, tag)]
     if payload is not None:
         reqs.append(comm.Isend(payload, dest, tag))
     return reqs
@@ -175,7 +243,17 @@ def recv_header(comm: MPI.Comm, source: int, tag: int, timeout: float, what: str
                 on_idle=None, poll: float = DEFAULT_POLL, suspect=None, quiet_until: float = 0.0) -> tuple[np.ndarray, int]:
     """Receive one header; returns (header, source rank). ``poll``, ``quiet_until``: see :func:`wait`.
 
-    A header that an earlier, withdrawn receive had already taken comes first (:data:`KEPT`)."""
+    A header that an earlier, withdrawn receive had already taken comes first (:data:`KEPT`);
+    one of an older generation is dropped with its payloads (:class:`Generations`)."""
+    while True:
+        hdr, src = _one_header(comm, source, tag, timeout, what, on_idle, poll, suspect, quiet_until)
+        if not GENERATIONS.stale(hdr):
+            GENERATIONS.last_received = generation_of(hdr)
+            return hdr, src
+        GENERATIONS.drop(comm, hdr, src, tag, timeout, what)
+
+
+def _one_header(comm, source, tag, timeout, what, on_idle, poll, suspect, quiet_until) -> tuple[np.ndarray, int]:
     kept = KEPT.take(comm, source, tag)
     if kept is not None:
         return kept
@@ -320,7 +398,16 @@ class FairInbox:
 
     def get(self, timeout: float, what: str, on_idle=None) -> tuple[np.ndarray, int]:
         """The next header, round robin; the caller receives its payload before calling again
-        (the receive for that sender is re-posted only then, so it cannot match the payload)."""
+        (the receive for that sender is re-posted only then, so it cannot match the payload).
+        A header of an older generation is dropped with its payloads (:class:`Generations`)."""
+        while True:
+            hdr, src = self._next(timeout, what, on_idle)
+            if not GENERATIONS.stale(hdr):
+                GENERATIONS.last_received = generation_of(hdr)
+                return hdr, src
+            GENERATIONS.drop(self.comm, hdr, src, self.tag, timeout, what)
+
+    def _next(self, timeout: float, what: str, on_idle=None) -> tuple[np.ndarray, int]:
         for r, req in self.reqs.items():
             if req is None:
                 kept = KEPT.take(self.comm, r, self.tag)

@@ -1,4 +1,5 @@
-"""psmodes/transport.py on two real ranks: what a withdrawn receive had taken is kept."""
+"""psmodes/transport.py on two real ranks: what a withdrawn receive had taken is kept; a message of an
+older world generation is dropped."""
 from __future__ import annotations
 
 import subprocess
@@ -39,3 +40,13 @@ def test_a_paced_wait_wakes_up_less_and_still_takes_the_message_soon():
     assert set(got) == {"plain", "paced"}, proc.stdout + proc.stderr
     assert float(got["paced"]["wakeups"]) < float(got["plain"]["wakeups"]) / 2, got
     assert float(got["paced"]["late_max"]) < 0.015, got
+
+
+def test_a_message_of_an_older_generation_is_dropped_with_its_payload():
+    """An async worker took the PS's answer to a gradient sent before a spare's take-over as the answer
+    to its Hello after it, stayed one answer behind and had the live head fenced (#44). The stale
+    answer and its weights must be dropped, and the answer to the Hello, stamped with the Hello's
+    generation by a PS still in the old one, must be taken with its own weights."""
+    proc = two_ranks("stale_message_ranks.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "answer 6 weights 6 dropped Answer@0" in proc.stdout, proc.stdout + proc.stderr

@@ -156,3 +156,20 @@ def test_a_checkpoint_of_a_replaced_generation_is_never_restored_in_a_run(tmp_pa
     assert [r["generation"] for r in resumes] == [1, 2], resumes
     assert resumes[1]["from_generation"] == 1 and resumes[1]["from_version"] < 10**6, resumes[1]
     assert s["completed"] and not s["diverged"], (s["exit_reason"], proc.stderr[-2000:])
+
+
+# ---- world generations (psmodes.transport.Generations)
+def test_async_chain_with_a_spare_takes_no_stale_answer_and_fences_nobody(tmp_path):
+    """A spare's take-over relabels the same communicator: an async worker took the PS's answer to a
+    gradient sent before it as the answer to its Hello after it, stayed one answer behind, and after
+    training suspected the live new head, which was fenced (an unplanned failure of psbench's own
+    making; reproduced with this schedule, seed 2). With generations the old answer (or the gradient
+    it answers) is dropped: one planned failure, no fence, every worker reconnected in generation 1."""
+    out, s = run_ok(tmp_path, "--benchmark", "synthetic", "--model-params", "200000", "--workers", "2",
+                    "--consistency", "async", "--mode", "chain", "--spares", "1", "--duration", "12s",
+                    "--kill-ps", "30%", "--restart-delay", "0", "--seed", "2", "--eval-interval", "2s")
+    assert [f["kind"] for f in s["faults"]] == ["kill"], s["faults"]
+    assert not events(out, "fence") and not events(out, "suspect")
+    for w in ("worker0", "worker1"):
+        assert any(e["generation"] == 1 for e in events(out, "connected", w)), w
+    assert s["stale_messages"]["dropped"] == len(events(out, "stale_dropped"))

@@ -20,7 +20,8 @@ is noticed by a rank's suspicion), ``ps_heads`` (each process that applied updat
 recovers on its own: recovery_s to the first worker's applied step, the
 largest lost_steps, the mean idle_s, the sum of buffered updates), ``setbacks`` (per fault: the
 metric ``before`` it, the ``worst`` after it and its ``dip``, ``regained_s``, ``lost_samples``,
-``outage_s``, ``cause``; launch/analysis/setbacks.py), ``diverged`` (None, or the first non-finite value a
+``outage_s``, ``cause``; launch/analysis/setbacks.py), ``stale_messages`` (``dropped``, ``by_kind``:
+messages of an older world generation the ranks dropped, psmodes/transport.py), ``diverged`` (None, or the first non-finite value a
 process saw: ``who``, ``t_s``, ``where``, ``version``, ``preceded_by``, ``text``; such a run is never
 ``completed`` and its ``final_metric`` is None: psmodes/divergence.py), plus a few
 extras: ``usage`` (per process: CPU seconds, wall seconds, their ratio
@@ -213,6 +214,9 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
         "buffered_applied": sum(r["applied"] for r, ok in zip(replays, taken) if ok),
         # replayed by a replacement that died before its answer reached the leader: that state died with it
         "buffered_replays_lost": sum(r["applied"] for r, ok in zip(replays, taken) if not ok),
+        # messages of an older world generation that a rank dropped (psmodes.transport.Generations)
+        "stale_messages": {"dropped": len(by("stale_dropped")),
+                           "by_kind": dict(Counter(e.get("kind") for e in by("stale_dropped")))},
         "failures": [{"who": e["who"], "reason": e["reason"]} for e in failed],
         "crashes": [{"who": e.get("role") or "?", "reason": e["reason"]} for e in crashes],
         "recovery": cfg.recovery,
