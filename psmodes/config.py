@@ -326,8 +326,8 @@ class RunConfig:
     # faults the launcher injects (launch/driver/faults.py); AT as for --kill-ps
     kill_ps: list[str] = option([], "--kill-ps", "SIGKILL the PS at a time since training started (20s), a share "
                                 "of --duration (33%%) or a PS step (step:800)", group="faults", metavar="AT[,AT...]")
-    kill_replica: list[str] = option([], "--kill-replica", "chain, hybrid: SIGKILL the tail replica", group="faults",
-                                     metavar="AT[,AT...]")
+    kill_replica: list[str] = option([], "--kill-replica", "chain, hybrid: SIGKILL the tail replica (AT@replicaN: "
+                                     "replica N of the chain)", group="faults", metavar="AT[@replicaN][,...]")
     kill_worker: list[str] = option([], "--kill-worker", "SIGKILL the last worker (the worker group is fixed: the "
                                     "run ends cleanly)", group="faults", metavar="AT")
     kill_node: list[str] = option([], "--kill-node", "lose the PS's host at AT: SIGKILL every rank there at once "
@@ -335,8 +335,9 @@ class RunConfig:
                                   "Open MPI daemon", group="faults", metavar="AT[,AT...]")
     hang_ps: list[str] = option([], "--hang-ps", "SIGSTOP the PS at AT (a hung server); ~DUR: SIGCONT it DUR later "
                                 "(a pause that ends), e.g. 30%%~2s", group="faults", metavar="AT[~DUR][,...]")
-    hang_replica: list[str] = option([], "--hang-replica", "chain, hybrid: SIGSTOP the tail replica, like --hang-ps",
-                                     group="faults", metavar="AT[~DUR][,...]")
+    hang_replica: list[str] = option([], "--hang-replica", "chain, hybrid: SIGSTOP the tail replica (AT@replicaN: "
+                                     "replica N of the chain), like --hang-ps", group="faults",
+                                     metavar="AT[~DUR][@replicaN][,...]")
     slow_ps: list[str] = option([], "--slow-ps", "slow the PS down by --slow-factor for DUR from AT (stopped and "
                                 "continued on a duty cycle), e.g. 30%%~10s", group="faults", metavar="AT~DUR[,...]")
     partition_ps: list[str] = option([], "--partition-ps", "cut the PS's host off the network for DUR from AT (its "
@@ -488,9 +489,6 @@ class RunConfig:
             raise ConfigError("--kill-replica needs --mode chain or hybrid (only they have replicas)")
         if self.hang_replica and not self.n_replicas:
             raise ConfigError("--hang-replica needs --mode chain or hybrid (only they have replicas)")
-        if self.hang_replica and self.n_replicas > 1:
-            raise ConfigError("--hang-replica needs --replicas 1: the head suspects its successor, so a hang "
-                              "further down a longer chain would be blamed on a live replica (psmodes/suspicion.py)")
         if self.recovery == "job-restart" and not mode.supports_job_restart:
             raise ConfigError(f"--recovery job-restart needs --mode checkpoint (the restarted job resumes from "
                               f"the newest checkpoint), not --mode {self.mode}")

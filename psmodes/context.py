@@ -131,7 +131,9 @@ class Context:
         pending, self.open_suspicion = getattr(self, "open_suspicion", None), None
         timer = pending.through_repair() if pending is not None else None  # a hung peer blocks the shrink
         try:
-            dead = self.cluster.shrink()
+            # bounded as the spawn is: a member that never joins (a hung rank nobody suspected) must end
+            # the run with a reason, not hold every survivor until the watchdog
+            dead = self._bounded(self.cluster.shrink, self.outage_timeout, "shrink")
         finally:
             if timer is not None:
                 timer.cancel()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -112,3 +113,37 @@ def test_losing_the_ps_host_and_its_daemon_ends_the_job_with_open_mpis_reason(tw
     assert not s["completed"] and "lost the daemon on nodeb" in s["exit_reason"], s["exit_reason"]
     (exit_event,) = events(out, "job_exit")
     assert exit_event["t_exit"] - kill["t_kill"] < 10, "the job did not end soon after the daemon's loss"
+
+
+@pytest.mark.slow
+def test_a_short_partition_fences_nothing_on_the_host_never_cut_off(two_hosts, tmp_path):
+    """nodeb (the head) loses its link for 2 s. The head suspects its replica on nodea 1.5 s into the
+    cut; the link heals half a second later, so a probe of nodeb made when the launcher got to the
+    suspicion answered, and the innocent replica was fenced (with R=1: no copy of the state left).
+    The fence is decided on nodeb's heartbeats from the moment of suspicion: those made during the
+    cut arrived late, so nodeb's suspicion is refused, and nothing on nodea is fenced."""
+    s = run_on_nodea(two_hosts, tmp_path / "run", "--no-evaluator", "--mode", "chain", "--duration", "12s",
+                     "--restart-delay", "30s", "--peer-timeout", "20s", "--partition-ps", "4s~2s",
+                     "--hosts", "nodea:5,nodeb:1", timeout=240)
+    out = tmp_path / "run"
+    fenced = [(f["role"], f["host"]) for f in events(out, "fence")]
+    assert all(host == "nodeb" for _, host in fenced), fenced
+    refused = events(out, "fence_refused")
+    assert all(r["by_host"] == "nodeb" for r in refused), refused
+    assert s["faults"][0]["kind"] == "partition"
+    assert not [f for f in s["faults"] if not f["planned"] and f["host"] == "nodea"], s["faults"]
+
+
+@pytest.mark.slow
+def test_a_remote_hang_script_ends_with_the_run(two_hosts, tmp_path):
+    """A timed hang longer than the run on nodeb: the hung PS is fenced and the run ends, and the hang's
+    script there (its sleep and SIGCONT, run over ssh without a terminal) must end with it: killing
+    ssh on this side had left it running on nodeb."""
+    import psutil
+
+    run_on_nodea(two_hosts, tmp_path / "run", "--mode", "checkpoint", "--checkpoint-every", "50", "--duration", "9s",
+                 "--hang-ps", "3s~120s", "--hosts", "nodea:4,nodeb:1", timeout=180)
+    time.sleep(1.5)  # the watcher there writes every 0.5 s
+    left = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
+            if any("kill -STOP" in a for a in p.info["cmdline"] or [])]
+    assert not left, left

@@ -45,6 +45,7 @@ from psmodes.suspicion import FENCER_ENV
 from .hosts import in_slurm, is_local
 from .kills import KillPoint, schedule
 from .lifetime import die_with
+from .reachability import HEARTBEAT_SCRIPT, PERIOD_S, HostWatch
 
 
 def rank_env(cfg) -> dict[str, str]:
@@ -242,6 +243,15 @@ def script_command(route: str, host: str, script: str, args: list[str], env: dic
     return argv if route == "local" else remote_command(route, host, argv, env)
 
 
+def tied_to_session(script: str) -> str:
+    """``script`` for another host, ended with the launcher's session to it: killing ssh here leaves a
+    command without a terminal running there (a timed hang's sleep and SIGCONT, a slow phase's duty
+    cycle outlived their run). A watcher in the script's process group writes to the session every
+    half second and, once a write fails, kills the group (SIGPIPE ignored, so the write fails)."""
+    return (f"( trap '' PIPE; while sleep 0.5; do echo . || kill -9 0; done ) & w=$!; "
+            f"{{ {script}; }}; rc=$?; kill \"$w\" 2>/dev/null; exit $rc")
+
+
 class Injector:
     """Carries out a run's fault points in order, and fences the suspects the ranks name.
 
@@ -263,6 +273,14 @@ class Injector:
         self.faults: list[dict] = []
         self.running: list[tuple[subprocess.Popen, dict]] = []  # hang and slow scripts, with their records
         self.fencing: dict[tuple[int, str], dict] = {}  # remote fences on their way
+        self.watches: dict[str, HostWatch] = {}  # heartbeats of the other hosts (launch/driver/reachability.py)
+
+    def watch_hosts(self, hosts) -> None:
+        """Start the heartbeats of the run's other hosts: a suspicion they raise is judged by them."""
+        for host in sorted(set(hosts)):
+            if not is_local(host) and host not in self.watches:
+                route = kill_route(host, self.kill_via)
+                self.watches[host] = HostWatch(host, script_command(route, host, HEARTBEAT_SCRIPT, [f"{PERIOD_S:g}"]))
 
     def urgent(self) -> bool:
         """A relative kill (+DUR) is next: the launcher's loop polls fast."""
@@ -299,7 +317,10 @@ class Injector:
         self.fencing[key] = {"suspect": suspect, "attempt": 0, "proc": None, "t": None, "retry_at": 0.0,
                              "probe": None}
         by_host = suspect.get("by_host")
-        if by_host and not is_local(by_host):  # first make sure the suspecting rank is not the one cut off
+        if by_host in self.watches:  # judged by the heartbeats its host sent during the suspicion's wait
+            self.fencing[key]["watch"] = self.watches[by_host]
+            self.fencing[key]["probe_started"] = time.monotonic()
+        elif by_host and not is_local(by_host):  # first make sure the suspecting rank is not the one cut off
             self.fencing[key]["probe"] = subprocess.Popen(
                 remote_command(kill_route(by_host, self.kill_via), by_host, ["true"]), stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, start_new_session=True,
@@ -310,6 +331,8 @@ class Injector:
     def _advance_fences(self) -> None:
         for key, f in list(self.fencing.items()):
             suspect, info = f["suspect"], {"pid": key[0], "host": key[1]}
+            if f.get("watch") is not None and not self._reachable_then(key, f):
+                continue
             if f["probe"] is not None and not self._probed(key, f):
                 continue
             route = kill_route(info["host"], self.kill_via)
@@ -363,6 +386,24 @@ class Injector:
             f["probe"] = None
             return True
         self._refused(key, f"the suspecting rank's host {f['suspect'].get('by_host')} did not answer within "
+                           f"{FENCE_PROBE_S:g} s: it is the one cut off")
+        return False
+
+    def _reachable_then(self, key, f: dict) -> bool:
+        """Whether the suspecting rank's host reached this launcher throughout the suspicion's wait (its
+        heartbeats: :class:`launch.driver.reachability.HostWatch`). Refused if it was cut off at any
+        moment of it, or if no heartbeat made after the suspicion arrives within FENCE_PROBE_S."""
+        suspect = f["suspect"]
+        t1 = float(suspect.get("t_suspect") or suspect["t"])
+        verdict = f["watch"].cut_off_during(t1 - float(suspect.get("waited_s") or 0.0), t1)
+        if verdict is None and time.monotonic() - f["probe_started"] < FENCE_PROBE_S:
+            return False
+        if verdict is False:
+            f["watch"] = None
+            return True
+        self._refused(key, f"the suspecting rank's host {suspect.get('by_host')} was cut off from this launcher "
+                           "while it waited" if verdict else
+                           f"the suspecting rank's host {suspect.get('by_host')} sent no heartbeat within "
                            f"{FENCE_PROBE_S:g} s: it is the one cut off")
         return False
 
@@ -465,6 +506,8 @@ class Injector:
             cycles = max(1, round(point.for_s / SLOW_PERIOD_S))
             script, args = SLOW_SCRIPT, [str(int(info["pid"])), str(cycles), f"{stop:.3f}",
                                          f"{SLOW_PERIOD_S - stop:.3f}"]
+        if route != "local":
+            script = tied_to_session(script)
         proc = subprocess.Popen(script_command(route, info["host"], script, args), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
                                 start_new_session=True, preexec_fn=die_with(os.getpid()))
@@ -538,6 +581,9 @@ class Injector:
             self.log.emit("kill_failed", pid=f["suspect"]["pid"], host=f["suspect"]["host"], at="fence",
                           attempt=f["attempt"], error="the run ended before the fence landed")
         self.fencing = {}
+        for watch in self.watches.values():
+            watch.close()
+        self.watches = {}
 
 
 class _Ended:

@@ -1,7 +1,8 @@
 """Fault points: the ``--kill-ps``, ``--kill-node``, ``--kill-replica``, ``--kill-worker``, ``--hang-ps``,
 ``--hang-replica`` and ``--slow-ps`` schedules parsed and checked (:func:`parse_kills`).
 A point is ``AT`` = a time since training started (``20s``, ``1.5m``), a share of
-``--duration`` (``33%``), or a PS step (``step:800``); test hooks: ``point:NAME`` and
+``--duration`` (``33%``), or a PS step (``step:800``); a replica's may name its place in the
+chain (``30%@replica1``; by default the tail); test hooks: ``point:NAME`` and
 ``+DUR``. A hang or a slow phase may end: ``AT~DUR`` (a slow phase must). The fault
 injector (:mod:`launch.driver.faults`) carries them out; the placement
 (:mod:`launch.driver.hosts`) counts the kills to leave slots for replacements.
@@ -120,14 +121,32 @@ def _split_length(part: str, kind: str, option: str) -> tuple[str, float | None]
 def schedule(cfg) -> list[KillPoint]:
     """Every fault point of a run (checked: ConfigError), in the order they are due: by time,
     then by PS step; ``point:NAME`` and ``+DUR`` points come last, in the order given."""
-    d, tail = cfg.duration_s, f"replica{cfg.n_replicas}"
+    d = cfg.duration_s
     points = (parse_kills(cfg.kill_ps, "ps", d) + parse_kills(cfg.kill_node, "ps", d, "node")
-              + parse_kills(cfg.kill_replica, tail, d)
+              + replica_points(cfg, cfg.kill_replica, "kill")
               + parse_kills(cfg.kill_worker, f"worker{cfg.workers - 1}", d)
-              + parse_kills(cfg.hang_ps, "ps", d, "hang") + parse_kills(cfg.hang_replica, tail, d, "hang")
+              + parse_kills(cfg.hang_ps, "ps", d, "hang") + replica_points(cfg, cfg.hang_replica, "hang")
               + parse_kills(cfg.slow_ps, "ps", d, "slow") + parse_kills(cfg.partition_ps, "ps", d, "partition"))
     points.sort(key=lambda p: (p.at_s if p.at_s is not None else float("inf"), p.at_step or 0))
     return points
+
+
+_REPLICA = re.compile(r"^(.*)@replica(\d+)$")
+
+
+def replica_points(cfg, specs: list[str], kind: str) -> list[KillPoint]:
+    """``--kill-replica`` / ``--hang-replica`` points: at the tail, or ``AT@replicaN`` at replica N of the
+    chain (1 = the head's successor), whoever holds that place when the point is due."""
+    option = f"--{kind}-replica"
+    by_target: dict[str, list[str]] = {}
+    for spec in specs:
+        for part in str(spec).split(","):
+            m = _REPLICA.match(part.strip())
+            if m and not 1 <= int(m.group(2)) <= cfg.n_replicas:
+                raise ConfigError(f"{option} {part.strip()!r}: the chain has replica1 to replica{cfg.n_replicas}")
+            at, target = (m.group(1), f"replica{m.group(2)}") if m else (part, f"replica{cfg.n_replicas}")
+            by_target.setdefault(target, []).append(at)
+    return [p for target, parts in by_target.items() for p in parse_kills(parts, target, cfg.duration_s, kind)]
 
 
 def replacements(cfg) -> int:

@@ -77,7 +77,7 @@ import psutil
 
 from benchmarks import metrics
 from psmodes.atomic import write_text_atomic
-from psmodes.config import MODES, ConfigError, RunConfig
+from psmodes.config import MODES, ConfigError, RunConfig, staleness_bound
 from psmodes.events import read_events, read_run_events
 from psmodes.pidfiles import read_pid_file
 from psmodes.suspicion import COLD_START_S
@@ -135,7 +135,8 @@ def add_chaos_parser(sub) -> None:
     add_option(p, run["duration"], default="10s", help="training time of each trial")
     add_option(p, run["workers"])
     add_option(p, run["model_params"], default=200_000)
-    add_option(p, run["consistency"], help="sync, async or bounded:S")
+    add_option(p, run["consistency"], help="sync, async or bounded:S; several separated by commas: each trial "
+               "draws one (a mode that needs sync, hybrid, runs sync)")
     add_option(p, run["restart_delay"], default="1s")
     p.add_argument("--max-kills", type=int, default=2, help="faults per trial: 1 to this many")
     p.add_argument("--kinds", default=",".join(KINDS),
@@ -184,6 +185,11 @@ def plan_trials(a: argparse.Namespace) -> list[Trial]:
         spares = []
     if not spares or any(n < 0 for n in spares):
         raise ConfigError(f"--spares {a.spares!r}: give counts of spares separated by commas, e.g. 0,1,2")
+    consistencies = [c.strip() for c in str(a.consistency).split(",") if c.strip()]
+    if not consistencies:
+        raise ConfigError("--consistency: give sync, async or bounded:S (or several, separated by commas)")
+    for c in consistencies:
+        staleness_bound(c)  # ConfigError, one line
     run = run_options()
     duration = run["duration"].to_field(a.duration)
     restart_delay = run["restart_delay"].to_field(a.restart_delay)
@@ -194,12 +200,17 @@ def plan_trials(a: argparse.Namespace) -> list[Trial]:
     for mode in modes:
         for i in range(a.trials):
             rng = random.Random(f"{a.seed}/{mode}/{i}")
-            cfg = RunConfig(benchmark=a.benchmark, mode=mode, consistency=a.consistency, workers=a.workers,
+            consistency = random.Random(f"{a.seed}/{mode}/{i}/consistency").choice(consistencies)  # its own draw
+            if consistency != "sync" and _needs_sync(mode):
+                consistency = "sync"
+            cfg = RunConfig(benchmark=a.benchmark, mode=mode, consistency=consistency, workers=a.workers,
                             duration_s=duration, seed=a.seed * 1000 + i, model_params=a.model_params,
                             eval_interval_s=max(0.5, duration / 10), restart_delay_s=restart_delay)
             _draw(cfg, rng, duration, a.max_kills)
             per_fault = [k for k in kinds if k != "node"] or ["kill"]
             trial = Trial(cfg, _draw_kinds(cfg, rng, per_fault))
+            if "hang" in kinds:  # its own draw, as the node's: a replica's kill may become a hang of any replica
+                _draw_replica_hangs(cfg, random.Random(f"{a.seed}/{mode}/{i}/replica"))
             if not cfg.dies_with_ps:  # drawn last: a seed draws the same faults as before spares existed
                 cfg.spares = rng.choice(spares)
                 refill = a.refill_spares == "always" or (a.refill_spares == "drawn" and rng.random() < 0.5)
@@ -248,6 +259,27 @@ def _draw_kinds(cfg: RunConfig, rng: random.Random, kinds: list[str]) -> list[fl
             kills.append(spec)
     cfg.kill_ps = kills
     return outside
+
+
+def _draw_replica_hangs(cfg: RunConfig, rng: random.Random) -> None:
+    """Half the replica kills become hangs (until fenced) of a replica drawn from the chain: the
+    tail or, with two, the middle one, which the head must be the one to suspect."""
+    kills = []
+    for spec in cfg.kill_replica:
+        if rng.random() < 0.5:
+            cfg.hang_replica.append(f"{spec}@replica{rng.randint(1, cfg.n_replicas)}")
+        else:
+            kills.append(spec)
+    cfg.kill_replica = kills
+
+
+def _needs_sync(mode: str) -> bool:
+    """Whether ``mode`` refuses async and bounded consistency (hybrid: the leader's order of updates)."""
+    try:
+        RunConfig(mode=mode, consistency="async").recovery_mode.validate(RunConfig(mode=mode, consistency="async"))
+    except ConfigError:
+        return True
+    return False
 
 
 class OutsideKiller(threading.Thread):
@@ -496,6 +528,7 @@ def cmd_chaos(a: argparse.Namespace) -> int:
                "open_mpi_crashes": len(summary.get("crashes") or []),
                "lingered": lingered(Path(cfg.run_dir)),
                "kill_ps": cfg.kill_ps, "kill_replica": cfg.kill_replica, "hang_ps": cfg.hang_ps,
+               "hang_replica": cfg.hang_replica, "consistency": cfg.consistency,
                "slow_ps": cfg.slow_ps, "outside": trial.outside, "outside_killed": killer.killed,
                "kills": len(summary.get("kills") or []),
                "faults": [{k: f.get(k) for k in ("kind", "planned", "t_s", "for_s", "fenced_s", "ended_s")}
@@ -514,7 +547,8 @@ def cmd_chaos(a: argparse.Namespace) -> int:
         if not a.quiet:
             faults = ", ".join([f"node:{k}" for k in cfg.kill_node] + cfg.kill_ps
                                + [f"replica:{k}" for k in cfg.kill_replica]
-                               + [f"hang:{h}" for h in cfg.hang_ps] + [f"slow:{x}" for x in cfg.slow_ps]
+                               + [f"hang:{h}" for h in cfg.hang_ps] + [f"replica-hang:{h}" for h in cfg.hang_replica]
+                               + [f"slow:{x}" for x in cfg.slow_ps]
                                + [f"outside:{t:g}s" for t in trial.outside])
             verdict = "ok" if not bad else f"{len(bad)} VIOLATION(S): " + "; ".join(bad)
             spares = "job-restart" if cfg.recovery == "job-restart" else \

@@ -129,8 +129,10 @@ def replicate(server, wait_ack: bool, ack: bool | None = None, fresh: bool = Fal
     server.repl_sends.post(c.world, tp.isend(c.world, state, payload.numpy(), c.replicas[0], tp.TAG_CHAIN))
     killpoints.reached("chain_forward", ctx, version=opt.version)
     if wait_ack:
-        # with R > 1 a hang further down the chain is blamed on the successor too (a false suspicion)
-        suspect = None if fresh else Suspicion(ctx, c.replicas[0], "the chain's acknowledgement", after)
+        # the ACK is the tail's: a missing one is the tail's (the state reached the successor, whose own
+        # forward suspects its successor in turn: replica.py). Blaming the successor had the live replica1
+        # of a chain of two fenced for a hung tail
+        suspect = None if fresh else Suspicion(ctx, c.replicas[-1], "the chain's acknowledgement", after)
         quiet_until = 0.0 if fresh else server.ack_pacer.begin()
         tp.wait(server.repl_sends.on(c.world), ctx.peer_timeout, "replicate to the chain", on_idle=ctx.idle,
                 watch=ctx.death_watch(), suspect=suspect, quiet_until=quiet_until)
