@@ -69,7 +69,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         print(f"report: {Path(cfg.run_dir) / 'report.md'}")
     value, name = summary["final_metric"], summary["metric"]["name"]
     print(f"completed: {summary['completed']}  final {name}: {value if value is None else round(value, 4)}  "
-          f"samples/s: {summary['samples_per_s']}  ({summary['exit_reason']})")
+          f"samples/s: {summary['samples_per_s']}  ETTR: {summary.get('ettr')}  ({summary['exit_reason']})")
     return 0 if summary["completed"] else 1
 
 

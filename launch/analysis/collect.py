@@ -57,6 +57,12 @@ METRICS = [
            "training samples per second over all workers, the outages taken out (from each failure to the "
            "first update after it: how fast it trains, not how long its failures took; evaluation runs on its "
            "own rank)"),
+    Metric("goodput", "goodput (samples/s)", "{:.0f}", "high",
+           "samples whose updates are in the final model, per second of training (lost updates are not; a "
+           "stateless replay's are): launch/analysis/ettr.py"),
+    Metric("ettr", "ETTR", "{:.3f}", "high",
+           "effective training time ratio: the share of the training time that was productive, the outages "
+           "(failure to the first update after it) and the compute of lost updates taken out"),
     Metric("detection_latency_s", "detection (s)", "{:.2f}", "low",
            "from the failure (a SIGKILL, a hang, ...) to the first survivor noticing it (a hang: suspecting "
            "it), mean over the run's failures"),
@@ -331,6 +337,8 @@ def run_metrics(summary: dict, config: dict | None, target: float | None, path: 
         "final_metric": final_metric(summary),
         "time_to_target_s": tt,
         "samples_per_s": summary.get("samples_per_s"),
+        "goodput": summary.get("goodput"),
+        "ettr": summary.get("ettr"),
         "detection_latency_s": mean_ci(dets).mean if kills else None,
         "recovery_s": mean_ci([r.get("recovery_s") for r in recs]).mean if recovered else None,
         "lost_steps": sum(r.get("lost_steps") or 0 for r in recs) if recovered else None,

@@ -489,13 +489,14 @@ def render(name, src, sweep, runs, aggs, target, plots, pricing, machine, machin
                      f"final {word}": metric_cell(a, word),
                      f"time to {goal} (s)": target_cell(a),
                      "samples/s": fmt_est("samples_per_s", a.estimates["samples_per_s"]),
+                     "goodput (samples/s)": fmt_est("goodput", a.estimates["goodput"]),
                      "staleness (mean)": fmt_est("staleness_mean", a.estimates["staleness_mean"]),
                      "staleness (p99)": fmt_est("staleness_p99", a.estimates["staleness_p99"])} for a in aggs]), ""]
     L += throughput_precision(aggs)
     L += ["### Failure and recovery", ""]
     L += [md_table([{"configuration": a.label, "faults": kills_cell(a.config, a.completed),
                      **{METRIC_BY_KEY[k].title: fmt_est(k, a.estimates[k])
-                        for k in ("detection_latency_s", "recovery_s", "lost_steps", "idle_s", "unplanned_failures",
+                        for k in ("ettr", "detection_latency_s", "recovery_s", "lost_steps", "idle_s", "unplanned_failures",
                                   "checkpoint_overhead_pct", "buffered_updates")}} for a in aggs]), ""]
     L += setback_section(aggs)
     with_ref = [a for a in aggs if a.reference]

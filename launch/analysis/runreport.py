@@ -91,6 +91,8 @@ def write_run_report(run_dir: str | Path) -> Path:
         "PS steps": summary["steps"],
         "consistency": summary.get("consistency", "sync"),
         "samples/s": summary["samples_per_s"],
+        "ETTR (productive share of the training time)": summary.get("ettr"),
+        "goodput (samples in the final model per s)": summary.get("goodput"),
         "samples/s per worker": summary.get("per_worker_samples_per_s"),
         "staleness mean / p99 / max": (f"{summary['staleness_mean']} / {summary['staleness_p99']} / "
                                        f"{summary['staleness_max']}" if summary.get("staleness_mean") is not None

@@ -6,7 +6,9 @@ The contract (later tools and the reports read it): ``benchmark``, ``mode``,
 ``metric_timeline`` (``[t_seconds, ps_step, value]``), ``samples_per_s``
 (training throughput: the outages taken out, see :func:`training_throughput`; evaluation runs
 on its own rank and is excluded; ``samples_per_s_with_outages`` keeps them in),
-``steps``, ``consistency``, ``staleness_hist`` (updates per staleness value; sync
+``steps``, ``ettr`` (the share of the training time that was productive: outages and the compute of
+lost updates taken out) with its ``ettr_parts``, ``goodput`` (samples whose updates are in the final
+model per second of training; launch/analysis/ettr.py), ``consistency``, ``staleness_hist`` (updates per staleness value; sync
 updates have staleness 0), ``staleness_mean``, ``staleness_p99``,
 ``per_worker_samples_per_s``, ``kills`` (the scheduled SIGKILLs: ``t_s``, ``pid``, ``host``,
 ``role``), ``faults`` (every failure the run had, injected or not: ``kind`` kill, hang, slow or
@@ -52,6 +54,7 @@ from psmodes import divergence
 from psmodes.config import RunConfig
 from psmodes.events import read_run_events
 
+from .ettr import down_seconds, ettr, goodput, outage_windows
 from .faults import fault_records
 from .setbacks import setbacks
 
@@ -152,6 +155,11 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
                                "workers": len(rs)})
 
     training_samples_per_s = training_throughput(steps, t0, span, faults, recoveries)
+    per_update = applied[0].get("samples") if applied else None
+    final_version = max(e["version"] for e in applied) if applied else 0
+    productive = ettr(span, down_seconds(outage_windows(t0, span, faults, recoveries), t0, span),
+                      sum(r["lost_steps"] for r in recoveries),
+                      per_update / training_samples_per_s if per_update and training_samples_per_s else None)
 
     restarts = [e for e in by("restart") if e["who"] == "launcher"]
     # a job that ended for a whole-job restart failed on purpose: only the last job's failures count
@@ -189,6 +197,11 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
         "metric_timeline": timeline,
         "samples_per_s": round(training_samples_per_s, 2) if training_samples_per_s else None,
         "samples_per_s_with_outages": round(samples_per_s, 2) if samples_per_s else None,
+        # the share of the training time that was productive, and the samples that survived per second
+        # (launch/analysis/ettr.py)
+        "ettr": productive["ettr"] if productive else None,
+        "ettr_parts": productive,
+        "goodput": goodput(final_version, per_update, span),
         "steps": max(e["version"] for e in applied) if applied else 0,
         "per_worker_samples_per_s": [round(x, 2) if x else None for x in per_worker],
         "staleness_hist": {str(k): v for k, v in sorted(Counter(staleness).items())},
@@ -348,19 +361,9 @@ def training_throughput(steps: list[dict], t0: float, span: float, faults: list[
     sweep's samples/s measured how long its kills took as much as how fast it trained (#18)."""
     if span <= 0:
         return None
-    rec = {r["fault"]: r["recovery_s"] for r in recoveries}
-    end = t0 + span
     # a pause ridden out or a slow phase is no outage: the PS went on answering (slowly)
-    lost = [i for i, f in enumerate(faults) if i not in rec and (f["kind"] in ("kill", "node", "unplanned") or "_t_fence" in f)]
-    windows = [(f["_t"], min(end, f["_t"] + rec[i])) for i, f in enumerate(faults) if i in rec]
-    windows += [(faults[i]["_t"], end) for i in lost]
-    merged: list[list[float]] = []
-    for a, b in sorted(w for w in windows if w[1] > w[0]):
-        if merged and a <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], b)
-        else:
-            merged.append([a, b])
-    down = sum(max(0.0, min(b, end) - max(a, t0)) for a, b in merged)
+    merged = outage_windows(t0, span, faults, recoveries)
+    down = down_seconds(merged, t0, span)
     inside = lambda t: any(a <= t < b for a, b in merged)  # noqa: E731
     samples = sum(e.get("samples", 0) for e in steps if not inside(e["t"]))
     return samples / (span - down) if span - down > 0 else None

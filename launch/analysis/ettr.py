@@ -1,0 +1,63 @@
+"""ETTR and goodput: what share of a run's wall time was productive, and how many samples per second
+ended up in the model that survived (``summary.json``: ``ettr``, ``goodput``, ``ettr_parts``).
+
+Definitions (the effective training time ratio of "Revisiting Reliability in Large-Scale Machine
+Learning Research Clusters", arXiv 2410.21680, measured on one run):
+
+- the **wall time of training** is ``train_s``: from the PS's first contact to the last step;
+- the **outages** are the intervals from each failure to the first update applied after it (to
+  the end of training for a death never recovered; a pause ridden out or a slow phase is none:
+  the PS went on answering), merged where they overlap. A replay or a catch-up happens inside
+  its outage (the replacement answers after it), so the time spent replaying is counted there;
+- the **lost compute** is the work whose updates a recovery lost: lost steps x the wall time of
+  one update outside the outages;
+- **ETTR** = (wall time - outages - lost compute) / wall time, in [0, 1];
+- **goodput** = the samples whose updates are in the final model, per wall second of training:
+  the PS's final version (a restore rewinds it, so lost updates are not in it; a stateless
+  replay adds one per buffered gradient) x the samples of one update / ``train_s``.
+
+A stateless run trains through its outages, and its buffered updates count in its goodput, not in
+its ETTR: ETTR says how much of the time the PS was making progress the workers could build on
+at once; goodput says how much of the work survived.
+"""
+from __future__ import annotations
+
+
+def outage_windows(t0: float, span: float, faults: list[dict], recoveries: list[dict]) -> list[list[float]]:
+    """The outages of a run as merged ``[start, end]`` intervals on the events' clock, within
+    [t0, t0 + span]: each recovered failure to its first update after it, each death never
+    recovered to the end (``faults``: the analysis records with ``_t``)."""
+    rec = {r["fault"]: r["recovery_s"] for r in recoveries}
+    end = t0 + span
+    lost = [i for i, f in enumerate(faults)
+            if i not in rec and (f["kind"] in ("kill", "node", "unplanned") or "_t_fence" in f)]
+    windows = [(f["_t"], min(end, f["_t"] + rec[i])) for i, f in enumerate(faults) if i in rec]
+    windows += [(faults[i]["_t"], end) for i in lost]
+    merged: list[list[float]] = []
+    for a, b in sorted(w for w in windows if w[1] > w[0]):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([max(a, t0), b])
+    return merged
+
+
+def down_seconds(windows: list[list[float]], t0: float, span: float) -> float:
+    return sum(max(0.0, min(b, t0 + span) - max(a, t0)) for a, b in windows)
+
+
+def ettr(train_s: float | None, outage_s: float, lost_steps: int, update_s: float | None) -> dict | None:
+    """ETTR and its parts (see the module docstring); None without a training time."""
+    if not train_s or train_s <= 0:
+        return None
+    lost_compute = lost_steps * update_s if update_s else 0.0
+    productive = max(0.0, train_s - outage_s - lost_compute)
+    return {"ettr": round(productive / train_s, 4), "train_s": round(train_s, 3), "outage_s": round(outage_s, 3),
+            "lost_compute_s": round(lost_compute, 3), "productive_s": round(productive, 3)}
+
+
+def goodput(final_version: int, samples_per_update: int | None, train_s: float | None) -> float | None:
+    """Samples whose updates are in the final model, per wall second of training."""
+    if not train_s or train_s <= 0 or not samples_per_update:
+        return None
+    return round(final_version * samples_per_update / train_s, 2)
