@@ -343,6 +343,11 @@ class RunConfig:
     partition_ps: list[str] = option([], "--partition-ps", "cut the PS's host off the network for DUR from AT (its "
                                      "link to the launcher's host down; needs root there and the PS on another "
                                      "host), e.g. 30%%~5s", group="faults", metavar="AT~DUR[,...]")
+    failures: list[str] = option([], "--failures", "failures arriving at random, e.g. ps:exp:30s (exponential, mean "
+                                 "30 s), replica:weibull:2m:0.7, any:exp:20s:hang (psmodes/failure_process.py)",
+                                 group="faults", metavar="TARGET:DIST:PARAMS[:KIND][,...]")
+    failure_seed: int | None = option(None, "--failure-seed", "draws the --failures arrival times (default: --seed); "
+                                      "every mode meets the same times", group="faults", type=int, check=non_negative)
     slow_factor: float = option(4.0, "--slow-factor", "--slow-ps: the PS runs 1/FACTOR of the time", group="faults",
                                 type=float, check=at_least_one)
     suspect_after_s: float = option(3.0, "--suspect-after", "a PS or replica that has not answered a wait that "
@@ -391,6 +396,8 @@ class RunConfig:
     hosts: list[str] = field(default_factory=list)  # "host:slots" in order; empty: this machine only
     oversubscribe: bool = True      # more ranks than slots (this machine alone: unless --no-oversubscribe)
     run_dir: str = ""
+    # --failures drawn (psmodes/failure_process.py): {t_s, target, kind, spec} each, recorded resolved
+    failure_schedule: list[dict] = field(default_factory=list)
     format_version: int = FORMAT_VERSION
 
     # ---- derived
@@ -454,7 +461,7 @@ class RunConfig:
             return self.deadline_s
         base = self.duration_s if self.duration_s else max(60.0, (self.steps or 0) * 0.2)
         faults = sum(len(v) for v in (self.kill_ps, self.kill_node, self.kill_replica, self.kill_worker, self.hang_ps,
-                                      self.hang_replica, self.slow_ps, self.partition_ps))
+                                      self.hang_replica, self.slow_ps, self.partition_ps, self.failure_schedule))
         return base * 2 + 120 + faults * (self.restart_delay_s + 30)
 
     # ---- validation
@@ -475,6 +482,9 @@ class RunConfig:
         if self.lr_staleness and self.consistency == "sync":
             raise ConfigError("--lr-staleness needs --consistency async or bounded:S (sync updates are never stale)")
         self.slow_worker_spec  # validates --slow-worker against --workers
+        from .failure_process import draw
+
+        self.failure_schedule = draw(self)  # the same times for the same seed: recorded in config.json
         if self.exchange == "auto":
             self.exchange = "pipelined" if self.workers_apply else "blocking"
         if self.exchange == "pipelined" and not self.workers_apply:

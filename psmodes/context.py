@@ -30,7 +30,7 @@ from .flatparams import FlatParams
 from .messages import ACTION_NONE, ACTION_REFILL, ACTION_SPAWN, HEADER_LEN, Announce
 from .optim import default_lr
 from .pidfiles import spawned_dead
-from .suspicion import COLD_START_S
+from .suspicion import COLD_START_S, suspect_the_silent
 
 # a spawn or join still running this long after a member's death is known is given up (see respawn)
 STALL_GRACE_S = 3.0
@@ -133,7 +133,7 @@ class Context:
         try:
             # bounded as the spawn is: a member that never joins (a hung rank nobody suspected) must end
             # the run with a reason, not hold every survivor until the watchdog
-            dead = self._bounded(self.cluster.shrink, self.outage_timeout, "shrink")
+            dead = self._bounded(self.cluster.shrink, self.outage_timeout, "shrink", watch=self._silent_members())
         finally:
             if timer is not None:
                 timer.cancel()
@@ -340,17 +340,33 @@ class Context:
             pass
         return bool(self.cluster.known_failed())
 
+    def _silent_members(self):
+        """For a repair's shrink: once it has waited ``--suspect-after``, suspect each member whose
+        beacon went silent (a hung evaluator or spare, which no other wait would find), once a second."""
+        t0, suspected, next_check = time.monotonic(), set(), [0.0]
+
+        def watch() -> None:
+            now = time.monotonic()
+            after = self.cfg.suspect_after_s
+            if after and now - t0 >= after and now >= next_check[0]:
+                next_check[0] = now + 1.0
+                suspect_the_silent(self, "the repair's shrink (a member that never joined)", now - t0, suspected)
+
+        return watch
+
     @staticmethod
-    def _bounded(fn, timeout: float, what: str, stalled_by=None):
+    def _bounded(fn, timeout: float, what: str, stalled_by=None, watch=None):
         """Run a blocking collective (MPI_Comm_spawn has no timeout of its own) on a helper
         thread; PeerTimeout if it has not returned in ``timeout`` s (the run is then hung).
         ``stalled_by``: polled meanwhile; once it has said (reason, grace), PeerFailed if the call
-        has not returned ``grace`` s later."""
+        has not returned ``grace`` s later. ``watch``: called between polls."""
         call = Background(fn, what)
         deadline, stalled, since = time.monotonic() + timeout, None, 0.0
         while time.monotonic() < deadline:
             if not call.running(0.05):  # its result, even one that came after a death, stands
                 break
+            if watch is not None:
+                watch()
             if stalled_by is not None and stalled is None:
                 stalled, since = stalled_by(), time.monotonic()
             if stalled is not None and time.monotonic() - since >= stalled[1]:

@@ -22,6 +22,7 @@ from .context import Context
 from .events import Ev
 from .flatparams import FlatParams
 from .messages import Snapshot
+from .pidfiles import write_pid_file
 
 
 def _model(ctx: Context) -> FlatParams:
@@ -79,6 +80,7 @@ class Evaluator:
         self.batch = FIRST_BATCH
 
     def run(self) -> None:
+        write_pid_file(self.ctx, "evaluator")  # the injector's target (--failures evaluator:...)
         os.nice(NICENESS)
         self.ctx.resilient(self._loop, via="evaluator")
 

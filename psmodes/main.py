@@ -74,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     from .context import Context, RunFailed, set_threads
 
     threads = set_threads(cfg)
+    from . import beacon
+
+    beacon.start(cfg.run_dir)  # a hung process's beacon goes silent (psmodes/beacon.py)
     ctx = Context(cfg, cluster, EventLog(cfg.run_dir, name))
     from .priority import pin_worker
 

@@ -27,6 +27,7 @@ from . import divergence, killpoints, mailbox, transport as tp
 from .context import Context, RunFailed, build_flat
 from .pidfiles import write_pid_file
 from .priority import yield_cores
+from .suspicion import Suspicion
 from .usage import since_started
 from .events import Ev
 from .flatparams import digest
@@ -271,8 +272,9 @@ class ParameterServer:
             return
         pending = self._eval_sends.on(c.world)
         if pending:
-            if final:
-                tp.wait(pending, ctx.outage_timeout, "final snapshot")
+            if final:  # the evaluator may be scoring the last snapshot: suspected only if its beacon is silent
+                tp.wait(pending, ctx.outage_timeout, "final snapshot",
+                        suspect=Suspicion(ctx, c.evaluator, "the final snapshot's delivery", silent_only=True))
             elif not all(tp.test(r, "snapshot to evaluator") for r in pending):
                 return  # the evaluator is still busy; never make the workers wait for it
         self._next_eval = now + ctx.cfg.eval_interval_s
@@ -288,7 +290,8 @@ class ParameterServer:
         self.mode.ps_finish(self)
         if c.evaluator is not None:
             self._push_snapshot(final=True)
-            tp.wait(self._eval_sends.on(c.world), ctx.outage_timeout, "final snapshot")
+            tp.wait(self._eval_sends.on(c.world), ctx.outage_timeout, "final snapshot",
+                    suspect=Suspicion(ctx, c.evaluator, "the final snapshot's delivery", silent_only=True))
         else:
             from .evaluator import emit_eval, evaluate_full
 

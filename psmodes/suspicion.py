@@ -32,8 +32,9 @@ import socket
 import threading
 import time
 
+from . import beacon
 from .events import Ev
-from .pidfiles import alive, read_pid_file
+from .pidfiles import alive, pid_files, read_pid_file
 
 FENCER_ENV = "PSBENCH_FENCER"  # "launcher": psbench's launcher fences (launch/driver/faults.py)
 # After a respawn the replacements take their cold start (here about 2 s from the spawn's return to
@@ -47,8 +48,11 @@ COLD_START_S = 10.0
 class Suspicion:
     """One wait on ``peer`` (a rank of the current world); :meth:`check` is called between polls."""
 
-    def __init__(self, ctx, peer: int, what: str, after_s: float | None = None) -> None:
+    def __init__(self, ctx, peer: int, what: str, after_s: float | None = None, silent_only: bool = False) -> None:
+        """``silent_only``: the wait may be long for a live peer (the evaluator scoring a snapshot): the
+        peer is suspected only once its beacon has been silent that long too (psmodes/beacon.py)."""
         self.ctx, self.what = ctx, what
+        self.silent_only = silent_only
         self.role = ctx.cluster.roles[peer].label
         self.after_s = ctx.cfg.suspect_after_s if after_s is None else after_s
         self.t0 = time.monotonic()
@@ -96,8 +100,27 @@ class Suspicion:
         if held_s < self.after_s:  # the holder took its role only now: the whole deadline from then
             self.armed_at = time.monotonic() - held_s
             return
+        if self.silent_only and info is not None:
+            silent = beacon.silent_for(self.ctx.cfg.run_dir, info["host"], info["pid"])
+            if silent is not None and silent < self.after_s:
+                return  # busy, not hung: its beacon goes on
         self.fired = True
         suspect(self.ctx, self.role, self.what, time.monotonic() - self.t0, info)
+
+
+def suspect_the_silent(ctx, what: str, waited_s: float, suspected: set) -> None:
+    """A collective (the repair's shrink) has waited ``waited_s`` >= ``--suspect-after``: suspect every
+    member whose beacon has been silent that long, once (``suspected``: the pids already named). The
+    members nobody waits on otherwise, the evaluator and the spares, are found here."""
+    run_dir = ctx.cfg.run_dir
+    members = {role.label for role in ctx.cluster.roles if role != ctx.cluster.me}
+    for role, info in pid_files(run_dir):
+        if role not in members or info["pid"] in suspected or info["pid"] == os.getpid():
+            continue
+        silent = beacon.silent_for(run_dir, info["host"], info["pid"])
+        if silent is not None and silent >= ctx.cfg.suspect_after_s:
+            suspected.add(info["pid"])
+            suspect(ctx, role, what, waited_s, info)
 
 
 def suspect(ctx, role: str, what: str, waited_s: float, info: dict | None) -> dict | None:

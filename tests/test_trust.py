@@ -189,3 +189,20 @@ def test_a_hung_tail_of_a_chain_of_two_is_the_one_fenced(tmp_path):
     assert [(f["pid"], f["role"]) for f in fences] == [(hang["pid"], "replica2")], fences
     assert "watchdog" not in s["exit_reason"]
     assert [f["kind"] for f in s["faults"]] == ["hang"] and s["faults"][0].get("fenced_s") is not None
+
+
+def test_a_hung_evaluator_is_found_by_the_repair_and_fenced(tmp_path):
+    """Nobody waits on the evaluator during training: hung at 3.2 s (a drawn --failures, seed 54),
+    it was found by nobody, and when the PS died at 6 s every survivor waited for it in the
+    repair's shrink until the watchdog. Its beacon went silent with it (psmodes/beacon.py): the
+    shrink suspects it, it is fenced, the repair goes on and the run completes."""
+    out, s = run_ok(tmp_path, "--benchmark", "synthetic", "--model-params", "200000", "--workers", "2",
+                    "--mode", "checkpoint", "--checkpoint-every", "20", "--restart-delay", "0", "--eval-interval", "1s",
+                    "--failures", "evaluator:exp:20s:hang", "--failure-seed", "54", "--kill-ps", "6s",
+                    "--duration", "14s")
+    (hang,) = events(out, "hang")
+    assert hang["role"] == "evaluator"
+    fences = events(out, "fence")
+    assert [f["pid"] for f in fences] == [hang["pid"]], fences
+    assert "shrink" in fences[0]["what"], fences[0]
+    assert "watchdog" not in s["exit_reason"]

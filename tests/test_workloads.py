@@ -116,7 +116,9 @@ def test_resnet18_checkpoints_hold_its_batchnorm_statistics(tmp_path):
     # three (checkpoint.KEEP). Killed at 7 of 12, a run resumed from 3 when checkpoint 6, taken a step before
     # the kill, was not durable yet, and 3 was gone by the end (seen with an idle-class PS, psmodes/priority.py).
     assert resume["from_version"] == 3, resume
-    state = ckpt.load(ckpt.path_for(out / "checkpoints", resume["from_version"]))
+    # the replacement (checkpoint generation 1) writes the state it resumed from again as its first checkpoint;
+    # the dead PS's generation-0 files are older, and pruned by the end (psmodes/checkpoint.py)
+    state = ckpt.load(ckpt.path_for(out / "checkpoints", resume["from_version"], resume["generation"]))
     assert resume["digest"] == digest(state["weights"])
     flat = FlatParams(registry.get("resnet18-fmnist").build_model(None))
     stats = state["weights"][flat.n_train:]

@@ -10,7 +10,8 @@ on its own rank and is excluded; ``samples_per_s_with_outages`` keeps them in),
 lost updates taken out) with its ``ettr_parts``, ``goodput`` (samples whose updates are in the final
 model per second of training; launch/analysis/ettr.py), ``consistency``, ``staleness_hist`` (updates per staleness value; sync
 updates have staleness 0), ``staleness_mean``, ``staleness_p99``,
-``per_worker_samples_per_s``, ``kills`` (the scheduled SIGKILLs: ``t_s``, ``pid``, ``host``,
+``per_worker_samples_per_s``, ``failure_schedule`` (``--failures`` as drawn: ``t_s``, ``target``, ``kind``,
+``spec``), ``kills`` (the scheduled SIGKILLs: ``t_s``, ``pid``, ``host``,
 ``role``), ``faults`` (every failure the run had, injected or not: ``kind`` kill, hang, slow or
 unplanned, ``planned``, ``t_s``, ``role``, ``pid``, ``evidence``, a hang's ``fenced_s`` /
 ``ended_s``; launch/analysis/faults.py), ``detections`` (per fault: ``fault``, its index,
@@ -212,6 +213,7 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
         "train_s": round(steps[-1]["t"] - t0, 3) if steps else None,
         "wall_s": round(wall_s, 3) if wall_s else None,
         "kills": kills,
+        "failure_schedule": cfg.failure_schedule,  # --failures, as drawn (psmodes/failure_process.py)
         "faults": public_faults,
         "ps_heads": ps_heads(by("update"), rel),
         "kills_not_reached": [e["at"] for e in by("kill_not_reached")],

@@ -438,12 +438,24 @@ class Injector:
                 return
         elif not point.due(elapsed, step):
             return
-        info = read_pid_file(self.run_dir, point.target)
+        info = self._waiting_spare() if point.target == "spare" else read_pid_file(self.run_dir, point.target)
         if info is None or (info["pid"], info["host"]) in self.killed or (
                 is_local(info["host"]) and not alive(int(info["pid"]))):  # a remote pid cannot be checked here
             return  # no live target yet (e.g. the replacement is still starting): try again next poll
         self.points.pop(0)
         self._fire(info, point, elapsed, step)
+
+    def _waiting_spare(self) -> dict | None:
+        """A spare that still waits (``--failures spare:...``): its pid file names no process that holds
+        another role now (a spare that took a role keeps its old file)."""
+        files = pid_files(self.run_dir)
+        busy = {(i["pid"], i["host"]) for role, i in files if not role.startswith("spare")}
+        for role, info in files:
+            key = (info["pid"], info["host"])
+            if role.startswith("spare") and key not in busy and key not in self.killed and (
+                    not is_local(info["host"]) or alive(int(info["pid"]))):
+                return info
+        return None
 
     def _fire(self, info: dict, point: KillPoint, elapsed, step, extra: dict | None = None) -> None:
         t = time.time()

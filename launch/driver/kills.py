@@ -127,8 +127,19 @@ def schedule(cfg) -> list[KillPoint]:
               + parse_kills(cfg.kill_worker, f"worker{cfg.workers - 1}", d)
               + parse_kills(cfg.hang_ps, "ps", d, "hang") + replica_points(cfg, cfg.hang_replica, "hang")
               + parse_kills(cfg.slow_ps, "ps", d, "slow") + parse_kills(cfg.partition_ps, "ps", d, "partition"))
+    points += failure_points(cfg)
     points.sort(key=lambda p: (p.at_s if p.at_s is not None else float("inf"), p.at_step or 0))
     return points
+
+
+def failure_points(cfg) -> list[KillPoint]:
+    """The ``--failures`` of a run, drawn (psmodes/failure_process.py), as points at their times. A
+    replica's is the tail's; a spare's is whichever spare still waits when it is due (``spare``)."""
+    from psmodes.failure_process import draw
+
+    role = {"replica": f"replica{cfg.n_replicas}"}
+    return [KillPoint(role.get(f["target"], f["target"]), f["t_s"], None, f"{f['t_s']:g}s ({f['spec']})",
+                      kind=f["kind"]) for f in draw(cfg)]
 
 
 _REPLICA = re.compile(r"^(.*)@replica(\d+)$")
