@@ -129,13 +129,17 @@ def replicate(server, wait_ack: bool, ack: bool | None = None, fresh: bool = Fal
     server.repl_sends.post(c.world, tp.isend(c.world, state, payload.numpy(), c.replicas[0], tp.TAG_CHAIN))
     killpoints.reached("chain_forward", ctx, version=opt.version)
     if wait_ack:
-        # the ACK is the tail's: a missing one is the tail's (the state reached the successor, whose own
-        # forward suspects its successor in turn: replica.py). Blaming the successor had the live replica1
-        # of a chain of two fenced for a hung tail
-        suspect = None if fresh else Suspicion(ctx, c.replicas[-1], "the chain's acknowledgement", after)
+        # the state not taken is the successor's; the ACK then missing is the tail's (the successor's own
+        # forward suspects its successor in turn: replica.py). Blaming the successor for the ACK had the live
+        # replica1 of a chain of two fenced for a hung tail; blaming the tail for the state not taken, the live
+        # tail for a hung replica1 (psbench chaos, chain R=2, async, trial-005 of seed 44)
+        delivery = None if fresh else Suspicion(ctx, c.replicas[0], "the state's delivery", after)
         quiet_until = 0.0 if fresh else server.ack_pacer.begin()
         tp.wait(server.repl_sends.on(c.world), ctx.peer_timeout, "replicate to the chain", on_idle=ctx.idle,
-                watch=ctx.death_watch(), suspect=suspect, quiet_until=quiet_until)
+                watch=ctx.death_watch(), suspect=delivery, quiet_until=quiet_until)
+        if delivery is not None:
+            delivery.done()
+        suspect = None if fresh else Suspicion(ctx, c.replicas[-1], "the chain's acknowledgement", after)
         ack, _ = tp.recv(c.world, MPI.ANY_SOURCE, tp.TAG_ACK, ctx.peer_timeout, "tail acknowledges", Ack,
                          on_idle=ctx.idle, suspect=suspect, quiet_until=quiet_until)
         if not fresh:
