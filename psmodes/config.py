@@ -29,7 +29,9 @@ from benchmarks.registry import get as get_workload
 
 from . import modes
 from .atomic import write_text_atomic
+from .durations import parse_duration  # noqa: F401 - the options' parser, imported from here by the launcher
 from .errors import ConfigError, positive_int
+from .failure_process import draw as draw_failures
 from .messages import POLICY_CODES
 
 FORMAT_VERSION = 1
@@ -57,24 +59,6 @@ def read_user_file(path, what: str, missing: str) -> str:
         raise ConfigError(missing) from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read {what} {path}: {exc}") from None
-
-
-_DURATION = re.compile(r"^\s*(-?(?:\d+(?:\.\d*)?|\.\d+))\s*(ms|s|m|min|h)?\s*$")
-_UNITS = {None: 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "min": 60.0, "h": 3600.0}
-
-
-def parse_duration(text: str | float | int, what: str = "duration") -> float:
-    """'90', '90s', '1.5m', '250ms', '1h' -> seconds (> 0)."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        value = float(text)
-    else:
-        m = _DURATION.match(str(text))
-        if not m:
-            raise ConfigError(f"{what} {text!r} is not a duration; write e.g. 60s, 1.5m, 250ms or 1h")
-        value = float(m.group(1)) * _UNITS[m.group(2)]
-    if not value > 0:
-        raise ConfigError(f"{what} must be positive, got {text!r}")
-    return value
 
 
 # ---------------------------------------------------------------- option declarations
@@ -482,9 +466,7 @@ class RunConfig:
         if self.lr_staleness and self.consistency == "sync":
             raise ConfigError("--lr-staleness needs --consistency async or bounded:S (sync updates are never stale)")
         self.slow_worker_spec  # validates --slow-worker against --workers
-        from .failure_process import draw
-
-        self.failure_schedule = draw(self)  # the same times for the same seed: recorded in config.json
+        self.failure_schedule = draw_failures(self)  # the same times for the same seed: recorded in config.json
         if self.exchange == "auto":
             self.exchange = "pipelined" if self.workers_apply else "blocking"
         if self.exchange == "pipelined" and not self.workers_apply:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .durations import parse_duration
 from .errors import ConfigError
 
 TARGETS = ("ps", "replica", "evaluator", "spare", "any")
@@ -40,8 +41,6 @@ class FailureProcess:
 
 def parse(spec: str) -> FailureProcess:
     """One ``--failures`` spec; ConfigError (one line) for anything else."""
-    from .config import parse_duration
-
     parts = [p.strip() for p in str(spec).split(":")]
     if len(parts) < 3:
         raise ConfigError(f"--failures {spec!r}: write {SYNTAX}")

@@ -12,7 +12,8 @@ from launch.driver.options import LAUNCHER_OPTIONS, fields_from_args, run_option
 from launch.experiments.sweep import option_argv
 from psmodes.config import FORMAT_VERSION, ConfigError, RunConfig, config_options
 
-RESOLVED = {"hosts", "oversubscribe", "run_dir", "format_version"}  # fields the launcher fills in itself
+# fields the launcher fills in itself (failure_schedule: --failures as drawn, psmodes/failure_process.py)
+RESOLVED = {"hosts", "oversubscribe", "run_dir", "format_version", "failure_schedule"}
 
 
 def test_every_field_is_an_option_or_resolved_by_the_launcher():
