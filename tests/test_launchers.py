@@ -47,7 +47,9 @@ def test_job_restart_after_a_ps_kill(tmp_path, ulfm, fault):
         assert {o["role"] for o in kill["node"]} >= {"worker0", "worker1"} and s["faults"][0]["kind"] == "node"
     assert ("--with-ft" in (out / "command.txt").read_text()) == ulfm
     (exit0, exit1) = events(out, "job_exit")  # two jobs: the killed one and the restarted one
-    assert exit0["returncode"] != 0 and not exit0["finished"] and exit1["finished"]
+    # a lost node takes every rank of this one machine (the evaluator too, now that it names itself in a
+    # pid file), and Open MPI 5.0.11's mpirun then exits 0: the launcher's record says the job did not finish
+    assert (exit0["returncode"] != 0 or fault == "--kill-node") and not exit0["finished"] and exit1["finished"]
     assert [r["attempt"] for r in s["restarts"]] == [1]
     rec = check_checkpoint_recovery(out, s, 50)
     assert rec["mode"] == "checkpoint/job-restart"
