@@ -272,15 +272,21 @@ class ParameterServer:
             return
         pending = self._eval_sends.on(c.world)
         if pending:
-            if final:  # the evaluator may be scoring the last snapshot: suspected only if its beacon is silent
-                tp.wait(pending, ctx.outage_timeout, "final snapshot",
-                        suspect=Suspicion(ctx, c.evaluator, "the final snapshot's delivery", silent_only=True))
+            if final:
+                self._delivered_to_evaluator(pending)
             elif not all(tp.test(r, "snapshot to evaluator") for r in pending):
                 return  # the evaluator is still busy; never make the workers wait for it
         self._next_eval = now + ctx.cfg.eval_interval_s
         self._eval_buf[:] = self.opt.weights.numpy()
         snapshot = Snapshot(self.opt.version, final, int(time.time() * 1000), self.t0_ms)
         self._eval_sends.post(c.world, tp.isend(c.world, snapshot, self._eval_buf, c.evaluator, tp.TAG_EVAL))
+
+    def _delivered_to_evaluator(self, reqs: list) -> None:
+        """Wait for snapshots at the run's end. The evaluator may be scoring the last one, so it is
+        suspected only once its beacon is silent too (psmodes/beacon.py)."""
+        ctx = self.ctx
+        tp.wait(reqs, ctx.outage_timeout, "final snapshot",
+                suspect=Suspicion(ctx, ctx.cluster.evaluator, "the final snapshot's delivery", silent_only=True))
 
     def _finish(self) -> None:
         ctx, c = self.ctx, self.ctx.cluster
@@ -290,8 +296,7 @@ class ParameterServer:
         self.mode.ps_finish(self)
         if c.evaluator is not None:
             self._push_snapshot(final=True)
-            tp.wait(self._eval_sends.on(c.world), ctx.outage_timeout, "final snapshot",
-                    suspect=Suspicion(ctx, c.evaluator, "the final snapshot's delivery", silent_only=True))
+            self._delivered_to_evaluator(self._eval_sends.on(c.world))
         else:
             from .evaluator import emit_eval, evaluate_full
 

@@ -14,7 +14,6 @@ import re
 from dataclasses import dataclass
 
 from psmodes.config import ConfigError, parse_duration
-from psmodes.failure_process import draw
 from psmodes.killpoints import POINTS, REPLICA_POINTS
 
 
@@ -134,11 +133,12 @@ def schedule(cfg) -> list[KillPoint]:
 
 
 def failure_points(cfg) -> list[KillPoint]:
-    """The ``--failures`` of a run, drawn (psmodes/failure_process.py), as points at their times. A
-    replica's is the tail's; a spare's is whichever spare still waits when it is due (``spare``)."""
+    """The ``--failures`` of a run as points at their times: the schedule the config's validation drew
+    once and recorded (psmodes/failure_process.py). A replica's is the tail's; a spare's is whichever
+    spare still waits when it is due (``spare``)."""
     role = {"replica": f"replica{cfg.n_replicas}"}
     return [KillPoint(role.get(f["target"], f["target"]), f["t_s"], None, f"{f['t_s']:g}s ({f['spec']})",
-                      kind=f["kind"]) for f in draw(cfg)]
+                      kind=f["kind"]) for f in cfg.failure_schedule]
 
 
 _REPLICA = re.compile(r"^(.*)@replica(\d+)$")

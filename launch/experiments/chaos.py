@@ -275,8 +275,9 @@ def _draw_replica_hangs(cfg: RunConfig, rng: random.Random) -> None:
 
 def _needs_sync(mode: str) -> bool:
     """Whether ``mode`` refuses async and bounded consistency (hybrid: the leader's order of updates)."""
+    cfg = RunConfig(mode=mode, consistency="async")
     try:
-        RunConfig(mode=mode, consistency="async").recovery_mode.validate(RunConfig(mode=mode, consistency="async"))
+        cfg.recovery_mode.validate(cfg)
     except ConfigError:
         return True
     return False
