@@ -307,7 +307,7 @@ class RunConfig:
     on_diverge: str = option("stop", "--on-diverge", "a non-finite gradient, weights or metric (psmodes/divergence.py): "
                              "stop ends the run as diverged; continue trains on (recorded the same)",
                              group="recovery", check=one_of(ON_DIVERGE, "--on-diverge value"))
-    # faults the launcher injects (launch/driver/faults.py); AT as for --kill-ps
+    # faults the launcher injects (launch/faultkinds/: one module per kind); AT as for --kill-ps
     kill_ps: list[str] = option([], "--kill-ps", "SIGKILL the PS at a time since training started (20s), a share "
                                 "of --duration (33%%) or a PS step (step:800)", group="faults", metavar="AT[,AT...]")
     kill_replica: list[str] = option([], "--kill-replica", "chain, hybrid: SIGKILL the tail replica (AT@replicaN: "

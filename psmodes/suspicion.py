@@ -36,7 +36,7 @@ from . import beacon
 from .events import Ev
 from .pidfiles import alive, pid_files, read_pid_file
 
-FENCER_ENV = "PSBENCH_FENCER"  # "launcher": psbench's launcher fences (launch/driver/faults.py)
+FENCER_ENV = "PSBENCH_FENCER"  # "launcher": psbench's launcher fences (launch/driver/injector.py)
 # After a respawn the replacements take their cold start (here about 2 s from the spawn's return to
 # their first event: the model, the data, the role's set-up), and every wait that passes through one
 # of them is slow for that long: a middle replica forwarding to a new tail, the head waiting for that

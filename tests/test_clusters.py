@@ -10,7 +10,7 @@ import pytest
 
 from conftest import psbench
 from launch.driver import hosts as H
-from launch.driver.faults import kill_command, kill_route
+from launch.remote.routes import kill_command, kill_route
 from psmodes.config import ConfigError
 from psmodes.roles import layout
 from test_cli_errors import assert_one_line_error

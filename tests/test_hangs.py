@@ -220,7 +220,7 @@ def test_a_fence_belongs_to_the_latest_fault_of_its_process():
 
 
 def test_hang_and_slow_points_parse_with_their_length():
-    from launch.driver.kills import parse_kills
+    from launch.faultkinds import parse_points as parse_kills
 
     (hang,) = parse_kills(["30%~2s"], "ps", 10.0, "hang")
     assert (hang.kind, hang.at_s, hang.for_s) == ("hang", 3.0, 2.0)

@@ -10,7 +10,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("launch", "psmodes", "benchmarks")
 # which launch layers each may import; launch.cli, the entry point, is above them all
-LAYERS = {"launch.analysis": 0, "launch.driver": 1, "launch.experiments": 2, "launch.cli": 3}
+LAYERS = {"launch.remote": 0, "launch.faultkinds": 1, "launch.analysis": 2, "launch.driver": 3, "launch.experiments": 4,
+          "launch.cli": 5}
 def _modules() -> dict[str, Path]:
     out = {}
     for package in PACKAGES:
@@ -133,7 +134,8 @@ def test_no_import_cycles():
 
 
 def test_launch_layers_import_one_way():
-    """analysis imports no other layer, driver only analysis, experiments driver and analysis;
+    """remote imports no other layer, faultkinds only remote, analysis those two, driver those and analysis,
+    experiments driver and everything below;
     nothing imports launch.cli; psmodes and benchmarks import nothing of launch."""
     bad = []
     for name in MODULES:

@@ -289,8 +289,8 @@ def test_injector_kills_at_the_point_and_relative_kills_follow(tmp_path):
     import subprocess
     import time
 
-    from launch.driver.faults import Injector
-    from launch.driver.kills import parse_kills
+    from launch.driver.injector import Injector
+    from launch.faultkinds import parse_points as parse_kills
     from psmodes.events import EventLog
 
     (tmp_path / "pids").mkdir()

@@ -22,6 +22,8 @@ at once; goodput says how much of the work survived.
 """
 from __future__ import annotations
 
+from ..faultkinds import takes_down
+
 
 def outage_windows(t0: float, span: float, faults: list[dict], recoveries: list[dict]) -> list[list[float]]:
     """The outages of a run as merged ``[start, end]`` intervals on the events' clock, within
@@ -30,7 +32,7 @@ def outage_windows(t0: float, span: float, faults: list[dict], recoveries: list[
     rec = {r["fault"]: r["recovery_s"] for r in recoveries}
     end = t0 + span
     lost = [i for i, f in enumerate(faults)
-            if i not in rec and (f["kind"] in ("kill", "node", "unplanned") or "_t_fence" in f)]
+            if i not in rec and (takes_down(f["kind"]) or "_t_fence" in f)]
     windows = [(f["_t"], min(end, f["_t"] + rec[i])) for i, f in enumerate(faults) if i in rec]
     windows += [(faults[i]["_t"], end) for i in lost]
     merged: list[list[float]] = []

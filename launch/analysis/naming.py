@@ -18,11 +18,12 @@ import re
 from psmodes import modes
 from psmodes.config import RunConfig
 
+from ..faultkinds import OPTIONS
+
 # hosts: where, not what; failure_schedule: drawn from the seed (the failures spec names the setting)
 IGNORED = ("seed", "run_dir", "data_dir", "format_version", "hosts", "failure_schedule")
-ORDER = ("mode", "kill_ps", "kill_node", "kill_replica", "hang_ps", "hang_replica", "slow_ps", "partition_ps", "consistency")
-KILL_KEYS = {"kill_ps": "kills", "kill_node": "node-losses", "kill_replica": "replica-kills", "hang_ps": "hangs", "hang_replica": "replica-hangs",
-             "slow_ps": "slows", "partition_ps": "partitions"}  # labels: kills2, or kill-15s_30s
+ORDER = ("mode", *(o.field for o in OPTIONS), "consistency")
+KILL_KEYS = {o.field: o.label for o in OPTIONS}  # labels: kills2, or kill-15s_30s
 
 
 MODE_OPTIONS = tuple(sorted({o for m in modes.REGISTRY.values() for o in m.options}))  # every mode's own options

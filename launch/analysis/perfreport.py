@@ -18,6 +18,7 @@ from psmodes.atomic import write_text_atomic
 from psmodes.config import RunConfig
 from psmodes.modes.hybrid import EXTRA_KEPT
 
+from ..faultkinds import PERF_KINDS
 from .lazy import frame, pyplot
 
 # the issues' targets: (what, variant, over which variant, bound), higher is better; raised by issue #18
@@ -520,7 +521,7 @@ def _scale_section(results: dict) -> list[str]:
 
 
 REPAIR_NAMES = {"spawn": "spawned", "spare": "spare"}
-KIND_NAMES = {"kill": "SIGKILL", "hang": "hang (SIGSTOP, fenced)", "slow": "slow phase", "outside": "kill from outside"}
+KIND_NAMES = {name: kind.perf_name for name, kind in PERF_KINDS.items()}
 
 
 def _failure_row(d: dict) -> dict:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..faultkinds import KINDS
 from .lazy import pyplot
 from .stats import t_quantile
 
@@ -87,12 +88,9 @@ def shade_outages(ax, spans, color: str = "#888888", label: str | None = "outage
         ax.axvspan(a, b, color=color, alpha=0.13, linewidth=0, label=label if i == 0 else None)
 
 
-# how each failure is marked, by (kind, target): kills of the PS dashed, of a replica dash-dot
-FAULT_LINES = {("kill", "ps"): ("--", "PS killed (SIGKILL)"), ("kill", "replica"): ("-.", "replica killed"),
-               ("hang", "ps"): ((0, (1, 1.5)), "PS hung (SIGSTOP)"), ("hang", "replica"): ((0, (1, 3)), "replica hung"),
-               ("slow", "ps"): ((0, (6, 2, 1, 2, 1, 2)), "PS slowed"),
-               ("partition", "ps"): ((0, (8, 3)), "PS host cut off"),
-               ("node", "ps"): ((0, (3, 1, 1, 1)), "PS host lost"),
+# how each failure is marked, by (kind, target): each kind's own lines (launch/faultkinds/), and a failure
+# nobody injected
+FAULT_LINES = {**{(name, target): line for name, kind in KINDS.items() for target, line in kind.plot_lines.items()},
                ("unplanned", "ps"): ((0, (2, 2, 6, 2)), "unplanned failure")}
 
 

@@ -23,6 +23,7 @@ from psmodes import divergence
 from psmodes.atomic import write_text_atomic
 from psmodes.config import ConfigError
 
+from ..faultkinds import OPTIONS
 from . import claims, naming, outage
 from benchmarks import metrics
 
@@ -94,11 +95,10 @@ def diverged_findings(aggs: list[ConfigAggregate]) -> list[str]:
 def kills_cell(config: dict, runs: list[RunRecord] | None = None) -> str:
     """The fault schedule, with the mean times the failures happened (seconds into training)."""
     parts = []
-    for key, what in (("kill_ps", "PS killed"), ("kill_node", "PS host lost"), ("kill_replica", "replica killed"), ("hang_ps", "PS hung"),
-                      ("hang_replica", "replica hung"), ("slow_ps", "PS slowed"), ("partition_ps", "PS cut off")):
-        at = naming.kill_specs(config.get(key))
+    for option in OPTIONS:  # every kind's options (launch/faultkinds/)
+        at = naming.kill_specs(config.get(option.field))
         if at:
-            parts.append(f"{what} at " + ", ".join(at))
+            parts.append(f"{option.what} at " + ", ".join(at))
     text = "; ".join(parts) or "none"
     done = kill_times(runs or [])
     if done:

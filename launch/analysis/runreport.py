@@ -9,6 +9,7 @@ from pathlib import Path
 from benchmarks import metrics
 from psmodes.atomic import write_text_atomic
 
+from ..faultkinds import KINDS
 from .faults import fault_list
 from .lazy import frame, pyplot
 from .plots import outage_spans, shade_outages, with_gaps
@@ -37,11 +38,8 @@ def plot_timeline(summary: dict, metric: metrics.Metric, path: Path) -> Path | N
     return path
 
 
-FAULT_STYLE = {  # how each kind of failure is marked on a timeline
-    "kill": dict(color="red", linestyle="--", label="kill"),
-    "hang": dict(color="darkorange", linestyle="-.", label="hang"),
-    "slow": dict(color="goldenrod", linestyle=":", label="slow phase"),
-    "node": dict(color="darkred", linestyle="--", label="host lost"),
+FAULT_STYLE = {  # how each kind of failure is marked on a timeline (launch/faultkinds/), and one nobody injected
+    **{name: kind.timeline for name, kind in KINDS.items() if kind.timeline},
     "unplanned": dict(color="purple", linestyle=":", label="unplanned failure"),
 }
 

@@ -29,11 +29,9 @@ host). The table is printed at start and written to ``placement.json``.
 """
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,9 +39,9 @@ from psmodes.atomic import write_text_atomic
 from psmodes.config import ConfigError, read_user_file
 from psmodes.roles import layout
 
-from .kills import replacements
+from ..faultkinds import plan_of
+from ..remote.routes import in_slurm
 
-LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
 
 
 @dataclass(frozen=True)
@@ -112,11 +110,6 @@ def _merged(hosts: list[Host], where: str) -> list[Host]:
 
 
 # ---------------------------------------------------------------- Slurm
-
-def in_slurm(env: dict | None = None) -> bool:
-    env = os.environ if env is None else env
-    return bool(env.get("SLURM_JOB_ID") and env.get("SLURM_JOB_NODELIST"))
-
 
 def expand_nodelist(nodelist: str) -> list[str]:
     """Slurm's compressed node list (``node[01-03,07],gpu1``) -> names."""
@@ -268,24 +261,14 @@ def place(roles: list, hosts: list[Host], ps_host: str | None = None, oversubscr
     return Placement([(labels[i], chosen[i]) for i in range(len(roles))], list(hosts), notes)
 
 
-def is_local(host: str) -> bool:
-    """Whether ``host`` names this machine."""
-    return host in LOCAL_NAMES or host in _own_names()
-
-
-@functools.lru_cache(maxsize=1)
-def _own_names() -> frozenset:
-    return frozenset({socket.gethostname(), socket.getfqdn()})
-
-
 def replacement_slots(cfg) -> int:
     """Slots a run may need for spawned replacements: one per scheduled kill that no spare covers,
     when the job repairs itself (a dead rank's slot is not given back; a whole-job restart needs none)."""
     if cfg.dies_with_ps:
         return 0
     if cfg.refill_spares:  # a spare that took a role is spawned again: every kill costs a slot
-        return replacements(cfg)
-    return max(0, replacements(cfg) - cfg.spares)
+        return plan_of(cfg).replacements()
+    return max(0, plan_of(cfg).replacements() - cfg.spares)
 
 
 def placement_of(cfg) -> Placement:

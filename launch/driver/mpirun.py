@@ -20,10 +20,14 @@ import time
 from pathlib import Path
 
 from psmodes.config import RunConfig
+from psmodes.killpoints import ENV as KILL_POINT_ENV
 from psmodes.pidfiles import alive
+from psmodes.suspicion import FENCER_ENV
 
 from ..analysis.machine import find_mpirun, venv_bin
-from .hosts import from_specs, is_local, replacement_slots
+from ..faultkinds import plan_of
+from ..remote.routes import is_local
+from .hosts import from_specs, replacement_slots
 
 ROOT_ENV = {
     "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
@@ -234,3 +238,18 @@ def mpirun_env(cfg: RunConfig | None = None) -> dict[str, str]:
 
 def _multi_host(cfg: RunConfig) -> bool:
     return any(not is_local(h.name) for h in from_specs(cfg.hosts))
+
+
+def rank_env(cfg) -> dict[str, str]:
+    """What the ranks are told by the launcher's environment: ``PSBENCH_KILL_POINT`` (the
+    point:NAME faults of the run, in order) and that the launcher fences suspects."""
+    names = plan_of(cfg).point_names
+    return {FENCER_ENV: "launcher", **({KILL_POINT_ENV: ",".join(names)} if names else {})}
+
+
+def with_rank_env(cmd: list[str], cfg) -> list[str]:
+    """mpirun: forward :func:`rank_env` to every rank (``-x``), also on other hosts
+    (horovodrun forwards the launcher's whole environment itself)."""
+    if cfg.launcher != "mpirun":
+        return cmd
+    return [cmd[0], *[arg for name in rank_env(cfg) for arg in ("-x", name)], *cmd[1:]]

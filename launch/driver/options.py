@@ -19,8 +19,9 @@ from benchmarks import fmnist
 from benchmarks.registry import absolute, get
 from psmodes.config import GROUPS, ConfigError, Option, RunConfig, config_options
 
-from .hosts import is_local, placement_of, resolve_hosts
-from .kills import schedule
+from ..faultkinds import plan_of
+from ..remote.routes import is_local
+from .hosts import placement_of, resolve_hosts
 from .mpirun import find_mpirun, mpirun_env
 from .ulfm import supported
 
@@ -114,7 +115,7 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
             raise ConfigError(f"this MPI library has no ULFM (fault tolerance), which --mode {cfg.mode} needs "
                               "to repair the job in place; use --recovery job-restart")
     cfg.validate()
-    schedule(cfg)
+    plan_of(cfg)  # the fault options checked: one line each
     placement = placement_of(cfg)  # more ranks than slots, an unknown --ps-host: one line now
     if cfg.partition_ps and is_local(placement.host_of("ps") or "localhost"):
         raise ConfigError("--partition-ps cuts the PS's host off the others: put the PS on another host "

@@ -22,7 +22,7 @@ import subprocess
 import threading
 import time
 
-from .lifetime import die_with
+from ..remote.lifetime import die_with
 
 PERIOD_S = 0.2
 LATE_S = 0.5  # a heartbeat this much later than the fastest was held up: its host was cut off

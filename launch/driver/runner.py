@@ -6,7 +6,7 @@ The run directory is complete when ``summary.json`` exists; until then it
 holds ``config.json``, ``command.txt``, ``mpirun.log`` and the event streams
 recorded so far, which stay readable whatever happens.
 
-mpirun is started with PR_SET_PDEATHSIG (:mod:`launch.driver.lifetime`): if the
+mpirun is started with PR_SET_PDEATHSIG (:mod:`launch.remote.lifetime`): if the
 launcher is SIGKILLed, mpirun gets SIGKILL too and its ranks follow theirs
 (psmodes.main), SIGKILL too, which a stopped (hung) rank cannot defer, so a killed
 launcher (``psbench run`` or a sweep) leaves no orphan job behind.
@@ -33,11 +33,14 @@ from psmodes.events import EventLog
 from ..analysis.runreport import write_run_report
 from ..analysis.summary import summarize, write_summary
 from . import crashes
-from .lifetime import die_with
-from .faults import Injector, close_ssh_masters, kill_route, measure_offset, rank_env, with_rank_env
-from .hosts import is_local, placement_of
-from .kills import schedule
-from .mpirun import START_RETRIES, launch_command, mpirun_env, purge_leftovers, transient_start_failure
+from ..faultkinds import EVENTS, plan_of
+from ..remote.lifetime import die_with
+from ..remote.routes import close_ssh_masters, is_local, kill_route
+from .clocks import measure_offset
+from .hosts import placement_of
+from .injector import Injector
+from .mpirun import (START_RETRIES, launch_command, mpirun_env, purge_leftovers, rank_env, transient_start_failure,
+                     with_rank_env)
 
 FAILED_GRACE_S = 15.0  # after a rank reports a fatal failure, how long the others get to finish
 RESTART_GRACE_S = 3.0  # the same for a job that ends to be restarted (--recovery job-restart)
@@ -75,7 +78,7 @@ class EventTail:
 
 
 def measure_offsets(cfg: RunConfig, placement, log) -> None:
-    """Clock offsets of the run's other hosts against the launcher's clock (see launch/driver/faults.py)."""
+    """Clock offsets of the run's other hosts against the launcher's clock (launch/driver/clocks.py)."""
     remote = sorted({h for _, h in placement.ranks if not is_local(h)})
     if remote:
         offsets = [measure_offset(h, kill_route(h, cfg.kill_via)) for h in remote]
@@ -105,7 +108,7 @@ def run_job(cfg: RunConfig, quiet: bool = False, tick=None, report: bool = True)
     cmd = with_rank_env(launch_command(cfg), cfg)
     (run_dir / "command.txt").write_text(shlex.join(cmd) + "\n")
     log = EventLog(run_dir, "launcher")
-    injector = Injector(run_dir, schedule(cfg), log, cfg.kill_via, cfg.slow_factor,
+    injector = Injector(run_dir, plan_of(cfg).fresh_points(), log, cfg.kill_via, cfg.slow_factor,
                         peer_host=next((h for _, h in placement.ranks if is_local(h)), None))
     deadline = cfg.resolved_deadline()
     log.emit("launch", command=cmd, deadline_s=deadline, argv=sys.argv, placement=placement.to_dict())
@@ -416,8 +419,7 @@ class Progress:
                 self.rate = self.samples / (e["t"] - self.t_first)
             if e.get("applied"):
                 self.step = e["version"]
-        elif e["ev"] in ("detect", "kill", "hang", "slow", "suspect", "fence", "recovered", "failed",
-                         "crash") and not self.quiet:
+        elif e["ev"] in ("detect", *EVENTS, "suspect", "fence", "recovered", "failed", "crash") and not self.quiet:
             self._write(f"[{e['who']}] {e['ev']}: " + ", ".join(
                 f"{k}={v}" for k, v in e.items() if k in ("via", "dead", "reason", "idle_s", "lost_steps", "role", "pid")))
 

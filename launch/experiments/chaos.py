@@ -84,12 +84,11 @@ from psmodes.suspicion import COLD_START_S
 
 from ..analysis.lazy import frame
 from ..analysis.summary import final_metric, metric_timeline
-from ..driver.kills import schedule
 from ..driver.options import add_option, run_options
+from ..faultkinds import CHAOS_KINDS, KINDS, plan_of, takes_down
 from ..driver.runner import INTERRUPTED, run_job
 
 ACCURACY_TOLERANCE = 0.05
-KINDS = ("kill", "hang", "pause", "slow", "outside", "node")
 # A node loss is drawn for a whole trial, not per fault: on one host it takes every rank (the workers
 # too, so no repair in place can survive it) and only a whole-job restart recovers, which only the
 # modes that resume from a checkpoint offer (RecoveryMode.supports_job_restart)
@@ -139,8 +138,8 @@ def add_chaos_parser(sub) -> None:
                "draws one (a mode that needs sync, hybrid, runs sync)")
     add_option(p, run["restart_delay"], default="1s")
     p.add_argument("--max-kills", type=int, default=2, help="faults per trial: 1 to this many")
-    p.add_argument("--kinds", default=",".join(KINDS),
-                   help=f"kinds of fault drawn for the PS: {', '.join(KINDS)} (node: a quarter of the trials of "
+    p.add_argument("--kinds", default=",".join(CHAOS_KINDS),
+                   help=f"kinds of fault drawn for the PS: {', '.join(CHAOS_KINDS)} (node: a quarter of the trials of "
                    "a mode with --recovery job-restart lose the PS's host, the rest as drawn)")
     p.add_argument("--spares", default=",".join(map(str, SPARES)),
                    help="the --spares drawn for each trial of a mode that repairs the job (e.g. 0 for none)")
@@ -175,8 +174,8 @@ def plan_trials(a: argparse.Namespace) -> list[Trial]:
         raise ConfigError(f"--tolerance must be in [0, 1), got {a.tolerance}")
     kinds = [k.strip() for k in str(a.kinds).split(",") if k.strip()]
     for k in kinds:
-        if k not in KINDS:
-            raise ConfigError(f"--kinds: unknown kind {k!r}; choose from: {', '.join(KINDS)}")
+        if k not in CHAOS_KINDS:
+            raise ConfigError(f"--kinds: unknown kind {k!r}; choose from: {', '.join(CHAOS_KINDS)}")
     if not kinds:
         raise ConfigError("--kinds: give at least one kind")
     try:
@@ -242,22 +241,14 @@ def _draw_kinds(cfg: RunConfig, rng: random.Random, kinds: list[str]) -> list[fl
     A schedule with a relative kill (+DUR, after the previous kill) stays all kills."""
     if any(s.startswith("+") for s in cfg.kill_ps):
         return []
-    outside, kills = [], []
+    outside = []
     pause = cfg.suspect_after_s * 0.3 if cfg.suspect_after_s else 1.0
-    for spec in cfg.kill_ps:
-        kind = rng.choice(kinds)
-        if kind == "hang":
-            cfg.hang_ps.append(spec)
-        elif kind == "pause":
-            cfg.hang_ps.append(f"{spec}~{pause:.2f}s")
-        elif kind == "slow":
-            cfg.slow_ps.append(f"{spec}~{rng.uniform(1.0, 3.0):.1f}s")
-            cfg.slow_factor = rng.choice([2.0, 4.0])
-        elif kind == "outside":
-            outside.append(float(spec.rstrip("s")))
-        else:
-            kills.append(spec)
-    cfg.kill_ps = kills
+    drawn, cfg.kill_ps = cfg.kill_ps, []
+    for spec in drawn:
+        name = rng.choice(kinds)
+        t = CHAOS_KINDS[name].chaos_apply(name, cfg, spec, rng, pause)  # launch/faultkinds/: each kind's own
+        if t is not None:
+            outside.append(t)
     return outside
 
 
@@ -318,7 +309,7 @@ def _alive(pid: int) -> bool:
 
 def _validate(cfg: RunConfig) -> None:
     cfg.validate()
-    schedule(cfg)
+    plan_of(cfg)
 
 
 # ---- invariants
@@ -466,7 +457,7 @@ def took_down(summary: dict) -> list[dict]:
     pause that ended, not a slow phase). A summary without ``faults`` has only its kills."""
     if "faults" not in summary:
         return summary.get("kills") or []
-    return [f for f in summary["faults"] if f["kind"] in ("kill", "node", "unplanned") or f.get("fenced_s") is not None]
+    return [f for f in summary["faults"] if takes_down(f["kind"]) or f.get("fenced_s") is not None]
 
 
 def leftover_processes(run_dir: Path, grace_s: float = 5.0) -> list[int]:
@@ -608,9 +599,9 @@ def kinds_table(results: list[dict]) -> str:
         rows.append({"kind": kind, "faults": faults[kind], "detected": len(det), "detection p50 (s)": pct(det, 50),
                      "detection p95 (s)": pct(det, 95), "recovered": len(rec), "recovery p50 (s)": pct(rec, 50),
                      "lost steps max": max(lost, default="-")})
-    # what --suspect-after must stay above: trials without a pause or a slow phase (those answer late on purpose)
+    # what --suspect-after must stay above: trials without a hang, pause or slow phase (those answer late on purpose)
     answers = [r["slowest_answer_s"] for r in results if r.get("slowest_answer_s") is not None
-               and not any(f["kind"] in ("hang", "slow") for f in r.get("faults", []))]
+               and not any(f["kind"] in KINDS and KINDS[f["kind"]].fenceable for f in r.get("faults", []))]
     note = (f"\n\nslowest answer of a live PS (trials without a hang or slow phase): {max(answers):.3f} s"
             if answers else "")
     return (frame(rows).to_markdown(index=False) if rows else "no faults") + note

@@ -62,6 +62,7 @@ from ..analysis.machine import machine_info
 from ..analysis.perfreport import write_perf_report
 from ..driver.mpirun import find_mpirun, mpirun_env, purge_leftovers
 from ..driver.runner import INTERRUPTED, raise_interrupt, run_job, stop_group
+from ..faultkinds import PERF_KINDS
 from .chaos import OutsideKiller
 
 # (label, RunConfig fields) of the no-failure throughput variants; "none" is the baseline
@@ -92,9 +93,7 @@ QUICK_VARIANTS = ("none", "chain K=1 R=1")
 QUICK_FAILURE_MODES = ("checkpoint",)  # --quick's failure section: the tests kill every mode elsewhere
 FAILURE_MODES = {"checkpoint": {}, "chain": {"replicas": 2}, "stateless": {},  # mode -> its options
                  "hybrid": {"replicas": 2, "replicate_every": 100}}
-FAILURE_KINDS = ("kill", "hang", "slow", "outside")  # psbench chaos's kinds; outside: an unplanned SIGKILL
-# how the survivors fill the PS's place, per kind: a spawned replacement, or a spare (--spares) too
-REPAIRS = {"kill": ("spawn", "spare"), "hang": ("spawn",), "slow": ("spawn",), "outside": ("spawn",)}
+FAILURE_KINDS = tuple(PERF_KINDS)  # the kinds measured (launch/faultkinds/: perf_repairs); outside: an unplanned SIGKILL
 SLOW_S = 3.0  # each slow phase of the failure runs, at the default --slow-factor
 MEMORY_POLICIES = ("paper", "mean", "sequential", "staleness")
 # the throughput at scale: (label, the run's workload and workers) against the plan's benchmark at its
@@ -420,11 +419,10 @@ class Perf:
             # measured here is a hung PS that was answering, so each hang comes after the previous one's cold start
             gap = p.kill_gap_s + (COLD_START_S + RunConfig().suspect_after_s if kind == "hang" else 0.0)
             times = [round(5 + i * gap, 1) for i in range(p.kills)]
-            for (mode, extra), repair in [(m, r) for m in FAILURE_MODES.items() for r in REPAIRS[kind]]:
+            for (mode, extra), repair in [(m, r) for m in FAILURE_MODES.items() for r in PERF_KINDS[kind].perf_repairs]:  # a spawned replacement, or a spare too
                 if p.quick and mode not in QUICK_FAILURE_MODES:
                     continue
-                scheduled = {"kill": {"kill_ps": [f"{t}s" for t in times]}, "hang": {"hang_ps": [f"{t}s" for t in times]},
-                             "slow": {"slow_ps": [f"{t}s~{SLOW_S:g}s" for t in times]}, "outside": {}}[kind]
+                scheduled = PERF_KINDS[kind].perf_schedule(times, SLOW_S)
                 # a spare per fault: each repair takes one (no spare is spawned again meanwhile)
                 spares = p.kills if repair == "spare" else 0
                 cfg = self.base(mode=mode, seed=0, duration_s=times[-1] + p.kill_gap_s, restart_delay_s=0.0,

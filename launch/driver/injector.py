@@ -1,255 +1,42 @@
-"""The fault injector: kills, hangs or slows the current PS (or a chain replica) on
-schedule, and fences the processes the ranks suspect.
+"""The fault injector: carries out a run's fault plan in order (launch/faultkinds/: each kind says how it
+is sent), and fences the processes the ranks suspect.
 
-The kinds (:data:`launch.driver.kills.KINDS`): ``kill`` (SIGKILL), ``hang`` (SIGSTOP;
-``~DUR``: SIGCONT DUR later, a pause that ends) and ``slow`` (for DUR, stopped and
-continued on a duty cycle so that the PS runs 1/``--slow-factor`` of the time: a
-degraded server). A hang or a slow phase runs as a small shell script, here or on
-the target's host, so that its timing does not depend on the launcher's loop.
+The target of a point is whichever process holds the role at that moment, read from the pid file it
+writes when it takes the role (``<run_dir>/pids/<role>.json``). Faults are taken in order; a kill waits
+for a live target that it has not killed before (the replacement, for a second kill), and a fault never
+reached before the run ends is recorded as such (``kill_not_reached``).
 
-**Fencing.** A rank that waited past ``--suspect-after`` for a peer records a
-``suspect`` event naming the peer's pid and host (:mod:`psmodes.suspicion`); the
-launcher SIGKILLs exactly that process, once, by the same routes as a kill, and
-records a ``fence`` event. ULFM then reports a real death and the ranks repair it.
+**Fencing.** A rank that waited past ``--suspect-after`` for a peer records a ``suspect`` event naming
+the peer's pid and host (:mod:`psmodes.suspicion`); the launcher SIGKILLs exactly that process, once,
+by the same routes as a kill (launch/remote/routes.py: here, srun or ssh), and records a ``fence``
+event. ULFM then reports a real death and the ranks repair it. A suspicion raised on another host is
+judged by that host's heartbeats during the wait (launch/driver/reachability.py): the side that was cut
+off is never the one obeyed.
 
-A kill point (:mod:`launch.driver.kills`) is ``AT`` = a time since training
-started (``20s``, ``1.5m``), a share of ``--duration`` (``33%``: a third of the
-way; lets one sweep file serve any run length), or a PS step (``step:800``).
-The target is whichever process holds the role at that moment, read from the pid file it writes when it takes the role
-(``<run_dir>/pids/<role>.json``). Kills are taken in order; a kill waits for
-a live target that it has not killed before (the replacement, for a second
-kill), and a kill never reached before the run ends is recorded as such.
-
-A PS on another host is killed there: through ``srun --overlap`` inside a
-Slurm job, through ``ssh`` otherwise (``--kill-via`` forces a route). The kill
-time is taken on the launcher's clock; a remote kill also prints the host's
-clock at the kill, and :func:`measure_offset` estimates each host's clock
-offset so that latencies across hosts can be corrected (``summary.json``:
-``clock_offsets``).
+Times are the launcher's clock; a remote kill also records the host's clock at the kill, and
+:mod:`launch.driver.clocks` measures each host's offset (``summary.json``: ``clock_offsets``).
 """
 from __future__ import annotations
 
 import os
-import selectors
-import shlex
-import socket
 import signal
 import subprocess
 import time
 from pathlib import Path
 
-from psmodes.killpoints import ENV
 from psmodes.pidfiles import alive, pid_files, read_pid_file
-from psmodes.suspicion import FENCER_ENV
 
-from .hosts import in_slurm, is_local
-from .kills import KillPoint, schedule
-from .lifetime import die_with
+from ..faultkinds import KINDS, Point
+from ..faultkinds.hang import CONT_SCRIPT
+from ..remote.lifetime import die_with
+from ..remote.routes import (KillFailed, first_float, is_local, kill_command, kill_route, remote_command,
+                             script_command, tied_to_session)
 from .reachability import HEARTBEAT_SCRIPT, PERIOD_S, HostWatch
 
-
-def rank_env(cfg) -> dict[str, str]:
-    """What the ranks are told by the launcher's environment: ``PSBENCH_KILL_POINT`` (the
-    point:NAME faults of the run, in order) and that the launcher fences suspects."""
-    names = [p.point for p in schedule(cfg) if p.point]
-    return {FENCER_ENV: "launcher", **({ENV: ",".join(names)} if names else {})}
-
-
-def with_rank_env(cmd: list[str], cfg) -> list[str]:
-    """mpirun: forward :func:`rank_env` to every rank (``-x``), also on other hosts
-    (horovodrun forwards the launcher's whole environment itself)."""
-    if cfg.launcher != "mpirun":
-        return cmd
-    return [cmd[0], *[arg for name in rank_env(cfg) for arg in ("-x", name)], *cmd[1:]]
-
-
-KILL_SCRIPT = 'date +%s.%N && exec kill -9 "$1"'  # prints the host's clock at the kill, then kills
-# $1 pid, $2 seconds (a hang: empty = until fenced): SIGSTOP, and SIGCONT when the hang ends
-HANG_SCRIPT = 'date +%s.%N && kill -STOP "$1" && { [ -z "$2" ] || { sleep "$2" && kill -CONT "$1"; }; }'
-# $1 pid, $2 cycles, $3 stopped and $4 running seconds of each: a PS that runs a share of the time
-SLOW_SCRIPT = ('date +%s.%N; i=0; while [ "$i" -lt "$2" ] && kill -STOP "$1" 2>/dev/null; do '
-               'sleep "$3"; kill -CONT "$1" || exit 1; sleep "$4"; i=$((i + 1)); done; exit 0')
-# $@ pids, all on one host: a node lost. Their Open MPI daemon (their parent, where it is a prted: not on
-# the launcher's host, whose ranks are mpirun's own children) dies with them, as it would with its node.
-NODE_SCRIPT = ('d=""; for p in "$@"; do pp=$(ps -o ppid= -p "$p" 2>/dev/null | tr -d " "); '
-               '[ -n "$pp" ] && [ "$(cat /proc/$pp/comm 2>/dev/null)" = prted ] && d="$d $pp"; done; '
-               'date +%s.%N; echo "daemons:$d"; exec kill -9 "$@" $d')
-CONT_SCRIPT = 'kill -CONT "$1"'  # $1 pid: a rank stopped for good, continued once training is over
-CONT_TIMEOUT_S = 10.0  # ... here, or through ssh/srun on another host
+CONT_TIMEOUT_S = 10.0  # a stopped rank continued once training is over: here, or through ssh/srun on another host
 FENCE_ATTEMPT_S = 10.0  # a remote fence not done by then is given up and tried again
 FENCE_RETRY_S = 1.0
 FENCE_PROBE_S = 2.0  # the suspecting rank's host must answer this fast for its suspicion to count
-SLOW_PERIOD_S = 0.2  # one stop-and-continue cycle: far below any --suspect-after
-# $1 a peer host, $2 seconds: the link this host reaches the peer by goes down for $2 s. Detached
-# (setsid): the ssh session that started it is cut off with the rest; prints the clock and the link
-PARTITION_SCRIPT = (
-    'addr=$(getent ahostsv4 "$1" | head -n1 | cut -d" " -f1); '
-    'dev=$(ip -o route get "$addr" | sed -n "s/.* dev \\([^ ]*\\).*/\\1/p"); '
-    '[ -n "$dev" ] || { echo "no route to $1" >&2; exit 3; }; date +%s.%N; echo "$dev"; '
-    'setsid sh -c \'ip link set "$1" down; sleep "$2"; ip link set "$1" up\' sh "$dev" "$2" '
-    '</dev/null >/dev/null 2>&1 &')
-
-
-def kill_route(host: str, kill_via: str = "auto", env: dict | None = None) -> str:
-    """How to reach ``host``: local, srun (inside a Slurm job) or ssh."""
-    if kill_via != "auto":
-        return kill_via
-    if is_local(host):
-        return "local"
-    return "srun" if in_slurm(env) else "ssh"
-
-
-def remote_command(route: str, host: str, argv: list[str], env: dict | None = None) -> list[str]:
-    """``argv`` run on ``host`` through srun (a step that overlaps the job's) or ssh."""
-    env = os.environ if env is None else env
-    if route == "srun":
-        return ["srun", "--overlap", f"--jobid={env.get('SLURM_JOB_ID', '')}", f"--nodelist={host}", "-N1", "-n1",
-                "--quiet", "--", *argv]
-    if route == "ssh":  # ssh joins its arguments into one remote shell line: quote each one
-        return ["ssh", *SSH_OPTIONS, *ssh_master_options(), host, "--", shlex.join(argv)]
-    raise ValueError(f"no remote route {route!r}")
-
-
-SSH_OPTIONS = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new", "-o", "ConnectTimeout=5"]
-
-
-def ssh_master_options() -> list[str]:
-    """One ssh connection per host, kept open (ControlMaster): the clock probes after the
-    first and the kill reuse it, so their round trips are milliseconds, not a connection
-    set-up each (which made the offsets' error bounds tenths of a second)."""
-    folder = Path(f"/tmp/psbench-ssh-{os.getuid()}")
-    folder.mkdir(mode=0o700, exist_ok=True)
-    return ["-o", "ControlMaster=auto", "-o", f"ControlPath={folder}/%C", "-o", "ControlPersist=60"]
-
-
-def close_ssh_masters(hosts, timeout: float = 5.0) -> None:
-    """End the kept-open ssh connections to ``hosts`` (no process outlives the run)."""
-    for host in sorted(set(hosts)):
-        try:
-            subprocess.run(["ssh", *ssh_master_options(), "-O", "exit", host], capture_output=True,
-                           timeout=timeout, stdin=subprocess.DEVNULL)
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-
-
-def kill_command(route: str, host: str, pid: int, env: dict | None = None) -> list[str]:
-    return remote_command(route, host, ["sh", "-c", KILL_SCRIPT, "sh", str(int(pid))], env)
-
-
-def sigkill(info: dict, kill_via: str = "auto") -> dict:
-    """SIGKILL the process of a pid file, here or on its host. Returns how, and for a
-    remote kill the host's clock at the kill (``t_remote``) and the round trip."""
-    route = kill_route(info["host"], kill_via)
-    if route == "local":
-        os.kill(int(info["pid"]), signal.SIGKILL)
-        return {"how": "local"}
-    t0 = time.time()
-    out = subprocess.run(kill_command(route, info["host"], info["pid"]), capture_output=True, text=True,
-                         timeout=20, stdin=subprocess.DEVNULL)
-    t1 = time.time()
-    if out.returncode != 0:
-        raise KillFailed(f"{route} kill of pid {info['pid']} on {info['host']} failed "
-                         f"(exit {out.returncode}): {out.stderr.strip()[-300:]}")
-    remote = _first_float(out.stdout)
-    return {"how": route, "t_remote": remote, "rtt_s": round(t1 - t0, 4)}
-
-
-def kill_node(infos: list[dict], kill_via: str = "auto") -> dict:
-    """SIGKILL the processes of ``infos`` (pid files of one host) at once, with that host's Open MPI
-    daemon: :data:`NODE_SCRIPT`, run there. Returns how, the daemons killed and the host's clock."""
-    host = infos[0]["host"]
-    route = kill_route(host, kill_via)
-    argv = ["sh", "-c", NODE_SCRIPT, "sh", *(str(int(i["pid"])) for i in infos)]
-    t0 = time.time()
-    out = subprocess.run(argv if route == "local" else remote_command(route, host, argv), capture_output=True,
-                         text=True, timeout=20, stdin=subprocess.DEVNULL)
-    t1 = time.time()
-    if out.returncode != 0:
-        raise KillFailed(f"{route} node kill on {host} failed (exit {out.returncode}): {out.stderr.strip()[-300:]}")
-    daemons = [int(x) for line in out.stdout.splitlines() if line.startswith("daemons:") for x in line[8:].split()]
-    how = {"how": route, "daemons": daemons, "rtt_s": round(t1 - t0, 4)}
-    if route != "local":
-        how["t_remote"] = _first_float(out.stdout)
-    return how
-
-
-class KillFailed(RuntimeError):
-    pass
-
-
-def _first_float(text: str) -> float | None:
-    for word in text.split():
-        try:
-            return float(word)
-        except ValueError:
-            continue
-    return None
-
-
-def measure_offset(host: str, route: str, samples: int = 5, timeout: float = 15.0) -> dict:
-    """The clock offset of ``host`` against this machine's clock, NTP style: one remote
-    shell prints its clock each time it reads a line; per ping, offset = remote time minus
-    the midpoint of the ping, and the ping with the shortest round trip wins (half of it
-    bounds the error). A persistent session keeps the pings symmetric: starting a remote
-    command per probe put the remote clock reading at the end of a long, one-sided delay.
-    Local hosts share this clock (offset 0)."""
-    if route == "local":
-        return {"host": host, "route": route, "offset_s": 0.0, "error_s": 0.0}
-    try:
-        proc = subprocess.Popen(remote_command(route, host, ["sh", "-c", "while read x; do date +%s.%N; done"]),
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    except OSError as exc:
-        return {"host": host, "route": route, "offset_s": None, "error": str(exc)}
-    best, error = None, None
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    try:
-        for i in range(samples + 1):  # the first ping also waits for the session to start: not used
-            t0 = time.time()
-            proc.stdin.write(b"\n")
-            proc.stdin.flush()
-            if not sel.select(timeout):
-                error = f"no answer from {host} within {timeout:.0f} s"
-                break
-            line = proc.stdout.readline()
-            t1 = time.time()
-            remote = _first_float(line.decode(errors="replace"))
-            if remote is None:
-                error = f"unexpected answer {line[:80]!r}"
-                break
-            if i and (best is None or t1 - t0 < best[0]):
-                best = (t1 - t0, remote - (t0 + t1) / 2)
-    except (OSError, ValueError) as exc:
-        error = str(exc)
-    finally:
-        sel.close()
-        try:
-            proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    if best is None:
-        stderr = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
-        return {"host": host, "route": route, "offset_s": None, "error": (error or stderr or "no answer")[-300:]}
-    return {"host": host, "route": route, "offset_s": round(best[1], 6), "error_s": round(best[0] / 2, 6)}
-
-
-def script_command(route: str, host: str, script: str, args: list[str], env: dict | None = None) -> list[str]:
-    argv = ["sh", "-c", script, "sh", *args]
-    return argv if route == "local" else remote_command(route, host, argv, env)
-
-
-def tied_to_session(script: str) -> str:
-    """``script`` for another host, ended with the launcher's session to it: killing ssh here leaves a
-    command without a terminal running there (a timed hang's sleep and SIGCONT, a slow phase's duty
-    cycle outlived their run). A watcher in the script's process group writes to the session every
-    half second and, once a write fails, kills the group (SIGPIPE ignored, so the write fails)."""
-    return (f"( trap '' PIPE; while sleep 0.5; do echo . || kill -9 0; done ) & w=$!; "
-            f"{{ {script}; }}; rc=$?; kill \"$w\" 2>/dev/null; exit $rc")
 
 
 class Injector:
@@ -258,7 +45,7 @@ class Injector:
     ``done``: the kill records (the schedule's SIGKILLs), ``fenced``: the fence records,
     ``faults``: every record of a fault sent (kills, hangs, slow phases), in order."""
 
-    def __init__(self, run_dir: Path, points: list[KillPoint], log, kill_via: str = "auto",
+    def __init__(self, run_dir: Path, points: list[Point], log, kill_via: str = "auto",
                  slow_factor: float = 4.0, peer_host: str | None = None) -> None:
         self.run_dir = Path(run_dir)
         self.peer_host = peer_host  # a partition cuts the target's host off from this one (the launcher's)
@@ -296,7 +83,7 @@ class Injector:
         (a hang: leave it stopped, or continue it after the hang's length)."""
         match = next((p for p in self.points if p.point and p.point.partition("@")[0] == event.get("point")), None)
         if match is None:  # not asked for (cannot happen: the launcher arms only its points); never leave it stopped
-            match = KillPoint(event.get("role", "ps"), None, None, f"point:{event.get('point')}", point=event.get("point"))
+            match = Point(event.get("role", "ps"), None, None, f"point:{event.get('point')}", point=event.get("point"))
         else:
             self.points.remove(match)
         info = {"pid": event["pid"], "host": event.get("host") or "localhost", "rank": None,
@@ -362,7 +149,7 @@ class Injector:
                 proc.wait()
             stdout, stderr = proc.communicate()
             if proc.returncode == 0:
-                self._fenced(key, {"how": route, "t_remote": _first_float(stdout),
+                self._fenced(key, {"how": route, "t_remote": first_float(stdout),
                                    "rtt_s": round(time.time() - f["t"], 4)})
                 continue
             if proc.returncode == 1 and "No such process" in stderr:  # the host answered: it was dead already
@@ -457,45 +244,26 @@ class Injector:
                 return info
         return None
 
-    def _fire(self, info: dict, point: KillPoint, elapsed, step, extra: dict | None = None) -> None:
+    def _fire(self, info: dict, point: Point, elapsed, step, extra: dict | None = None) -> None:
         t = time.time()
         common = dict(pid=info["pid"], host=info["host"], role=point.target, rank=info.get("rank"),
                       generation=info.get("generation"), at=point.spec, elapsed_s=elapsed, step=step, **(extra or {}))
-        node = self._on_host(info) if point.kind == "node" else []
+        kind = KINDS[point.kind]
         try:
-            if point.kind == "kill":
-                how = sigkill(info, self.kill_via)
-            elif point.kind == "node":
-                how = kill_node([info] + [i for _, i in node], self.kill_via)
-                common["node"] = [{"role": role, "pid": i["pid"]} for role, i in node]
-            else:
-                how = self._start_script(info, point)
+            how = kind.inject(self, info, point)
         except (KillFailed, OSError, subprocess.TimeoutExpired) as exc:
             self.log.emit("kill_failed", pid=info["pid"], host=info["host"], role=point.target, at=point.spec,
                           kind=point.kind, error=str(exc))
             return
         key = (info["pid"], info["host"])
-        if point.kind == "node":  # recorded as the PS's kill; the others on its host died with it
-            self.collateral += [{"pid": i["pid"], "host": i["host"], "role": role} for role, i in node]
-            self.killed.update((i["pid"], i["host"]) for _, i in node)
-        if point.kind in ("kill", "node"):
-            self.killed.add(key)
-            # t_kill: the launcher's clock when the kill was sent; a remote kill also records the
-            # PS host's clock when it was carried out (t_remote) and the round trip
-            rec = self.log.emit("kill", t_kill=t, signal="SIGKILL", **common, **how)
+        if kind.takes_down or (kind.needs_replacement and point.for_s is None):
+            self.killed.add(key)  # dead, or stopped until fenced: the next fault waits for its replacement
+        rec = kind.event(self, t, point, common, how)
+        if kind.takes_down:
             self.done.append(rec)
-        elif point.kind == "hang":
-            if point.for_s is None:
-                self.killed.add(key)  # stopped until fenced: the next fault waits for its replacement
-            rec = self.log.emit("hang", t_hang=t, signal="SIGSTOP", for_s=point.for_s, **common, **how)
-        elif point.kind == "slow":
-            rec = self.log.emit("slow", t_slow=t, for_s=point.for_s, factor=self.slow_factor, period_s=SLOW_PERIOD_S,
-                                **common, **how)
-        else:
-            rec = self.log.emit("partition", t_partition=t, for_s=point.for_s, peer=self.peer_host, **common, **how)
         self.faults.append(rec)
 
-    def _on_host(self, info: dict) -> list[tuple[str, dict]]:
+    def on_host(self, info: dict) -> list[tuple[str, dict]]:
         """The other processes on ``info``'s host that hold a role now (their pid files), live ones."""
         out, seen = [], {info["pid"]}
         for role, other in pid_files(self.run_dir):
@@ -506,18 +274,10 @@ class Injector:
             out.append((role, other))
         return out
 
-    def _start_script(self, info: dict, point: KillPoint) -> dict:
-        """The hang or slow script, started in the background, here or on the target's host."""
+    def start_script(self, info: dict, point: Point, script: str, args: list[str]) -> dict:
+        """A kind's script (a hang's, a slow phase's), started in the background, here or on the target's
+        host (tied to the launcher's session there), recorded as running until it ends."""
         route = kill_route(info["host"], self.kill_via)
-        if point.kind == "partition":
-            return self._partition(info, point, route)
-        if point.kind == "hang":
-            script, args = HANG_SCRIPT, [str(int(info["pid"])), f"{point.for_s:g}" if point.for_s else ""]
-        else:
-            stop = SLOW_PERIOD_S * (1 - 1 / self.slow_factor)
-            cycles = max(1, round(point.for_s / SLOW_PERIOD_S))
-            script, args = SLOW_SCRIPT, [str(int(info["pid"])), str(cycles), f"{stop:.3f}",
-                                         f"{SLOW_PERIOD_S - stop:.3f}"]
         if route != "local":
             script = tied_to_session(script)
         proc = subprocess.Popen(script_command(route, info["host"], script, args), stdout=subprocess.PIPE,
@@ -525,20 +285,6 @@ class Injector:
                                 start_new_session=True, preexec_fn=die_with(os.getpid()))
         self.running.append((proc, {"pid": info["pid"], "host": info["host"], "kind": point.kind,
                                     "for_s": point.for_s, "at": point.spec}))
-        return {"how": route}
-
-    def _partition(self, info: dict, point: KillPoint, route: str) -> dict:
-        """The target's host loses its link for the partition's length (a detached script there)."""
-        if route == "local":
-            raise KillFailed(f"a partition needs the target on another host; {info['host']} is this one")
-        # in the background: the ssh session is cut off with the host and returns only when the link is back
-        proc = subprocess.Popen(script_command(route, info["host"], PARTITION_SCRIPT,
-                                               [self.peer_host or socket.gethostname(), f"{point.for_s:g}"]),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                                start_new_session=True, preexec_fn=die_with(os.getpid()))
-        self.running.append((proc, {"kind": "partition session", "for_s": None}))
-        self.running.append((_Ended(point.for_s), {"pid": info["pid"], "host": info["host"], "kind": "partition",
-                                                   "for_s": point.for_s, "at": point.spec}))
         return {"how": route}
 
     def _reap(self) -> None:
@@ -596,18 +342,3 @@ class Injector:
         for watch in self.watches.values():
             watch.close()
         self.watches = {}
-
-
-class _Ended:
-    """Stands for a script that runs detached on another host: it has ended ``seconds`` from now."""
-
-    def __init__(self, seconds: float) -> None:
-        self.end, self.returncode, self.pid = time.monotonic() + seconds, None, None
-
-    def poll(self):
-        if self.returncode is None and time.monotonic() >= self.end:
-            self.returncode = 0
-        return self.returncode
-
-    def wait(self):
-        return 0
