@@ -69,3 +69,17 @@ def test_a_runs_fault_plan_is_parsed_once(tmp_path):
     assert plan.PARSES - before == 1
     (kill,) = events(tmp_path / "run", "kill", "launcher")
     assert kill["at"] == "step:12" and kill["role"] == "ps"
+
+
+def test_two_fences_nobody_injected_are_two_unplanned_failures():
+    """A fence is matched against the faults of a kind that can be fenced; the records of failures
+    nobody injected, among them (an earlier fence's), are no kind of the registry (a real run with a
+    hung tail crashed the summary here)."""
+    from launch.analysis.faults import fault_records
+
+    def fence(t, pid):
+        return {"t": t, "ev": "fence", "who": "launcher", "t_fence": t, "pid": pid, "host": "h", "role": "replica1",
+                "by": "ps", "t_suspect": t, "waited_s": 1.5}
+
+    faults = fault_records([fence(3.0, 11), fence(6.0, 12)], lambda k: k["t_kill"], lambda t, who: t)
+    assert [(f["kind"], f["pid"]) for f in faults] == [("unplanned", 11), ("unplanned", 12)]

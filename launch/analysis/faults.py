@@ -37,7 +37,7 @@ def fault_records(events: list[dict], kill_time, to_launcher) -> list[dict]:
     fences = by("fence")
     for f in fences:  # a fence of a process we hung, slowed or cut off belongs to that fault
         landed = kill_time({**f, "t_kill": f.get("t_fence", f["t"])})  # a remote one: when it was carried out
-        mine = [r for r in out if KINDS[r["kind"]].fenceable and (r["pid"], r["host"]) ==
+        mine = [r for r in out if r["kind"] in KINDS and KINDS[r["kind"]].fenceable and (r["pid"], r["host"]) ==
                 (f["pid"], f["host"]) and r["_t"] <= landed]
         if mine:  # the latest of them (found by psbench chaos: a hang during a slow phase was fenced, and the
             max(mine, key=lambda r: r["_t"])["_t_fence"] = landed  # fence went to the slow phase, listed after it)
