@@ -80,9 +80,14 @@ class Cluster:
 
     def successor(self) -> int | None:
         """The next rank down the chain from this one (the PS: the first replica), None at the tail."""
-        chain = ([self.ps] if self.ps is not None else []) + self.replicas
+        chain = self.chain
         here = chain.index(self.rank) if self.rank in chain else None
         return chain[here + 1] if here is not None and here + 1 < len(chain) else None
+
+    @property
+    def chain(self) -> list[int]:
+        """The PS (the head), then the replicas in chain order."""
+        return ([self.ps] if self.ps is not None else []) + self.replicas
 
     @property
     def spawn_root(self) -> int:

@@ -21,7 +21,7 @@ from .consistency import make_server
 from .context import Context, RunFailed, build_flat
 from .pidfiles import write_pid_file
 from .events import Ev
-from .suspicion import Suspicion
+from .suspicion import Suspicion, delivery_wait_s
 from .messages import Ack, State, Stop
 from .optim import make_optimizer
 
@@ -126,9 +126,10 @@ class Replica:
             spare = self.older[1] if self.older is not None else torch.empty_like(self.incoming)
             self.older, self.newest, self.incoming = self.newest, (version, self.incoming), spare
             self.version, self.t0_ms = version, msg.t0_ms
-            # a successor that does not take the state is suspected as the head suspects its own (in half
-            # the workers' time): the hung one is the one fenced, wherever it is in the chain
-            suspect = Suspicion(ctx, succ, "the state's delivery", ctx.cfg.suspect_after_s / 2) \
+            # a successor that does not take the state is suspected as the head suspects its own, a little
+            # sooner the further down the chain: the hung one is the one fenced, wherever it is in the chain
+            suspect = Suspicion(ctx, succ, "the state's delivery",
+                                delivery_wait_s(ctx.cfg.suspect_after_s, c.chain.index(c.rank), len(c.chain))) \
                 if succ is not None else None
             tp.wait(reqs, ctx.peer_timeout, "replica forwards" if succ is not None else "tail acknowledges",
                     on_idle=ctx.idle, watch=ctx.death_watch(), suspect=suspect)

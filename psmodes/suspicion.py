@@ -45,6 +45,17 @@ FENCER_ENV = "PSBENCH_FENCER"  # "launcher": psbench's launcher fences (launch/d
 COLD_START_S = 10.0
 
 
+def delivery_wait_s(suspect_after_s: float, position: int, chain_length: int) -> float:
+    """How long a chain member at ``position`` (0: the head) waits for its successor to take a state
+    before it suspects it: half the workers' time at the head, less further down the chain. A hung
+    replica blocks every member above it, each in its own forward; the one right above it must suspect
+    first (the launcher then refuses the blocked members' suspicions of their live successors:
+    launch/driver/injector.py). With one wait for all, psbench chaos saw the head and replica1 suspect
+    after 1.5 s, 31 ms apart, and the live replica1 fenced with the hung tail (chain R=2, K=5, seed 46,
+    trial-029)."""
+    return suspect_after_s / 2 * (1 - position / chain_length)
+
+
 class Suspicion:
     """One wait on ``peer`` (a rank of the current world); :meth:`check` is called between polls."""
 

@@ -176,17 +176,20 @@ def test_async_chain_with_a_spare_takes_no_stale_answer_and_fences_nobody(tmp_pa
 
 
 # ---- every waiting role is suspected by the one that waits on it (psmodes/suspicion.py)
-@pytest.mark.parametrize("hung", ["replica2", "replica1"])
-def test_the_hung_replica_of_a_chain_of_two_is_the_one_fenced(tmp_path, hung):
+@pytest.mark.parametrize("hung, every", [("replica2", "1"), ("replica1", "1"), ("replica2", "5")])
+def test_the_hung_replica_of_a_chain_of_two_is_the_one_fenced(tmp_path, hung, every):
     """The head blamed its successor for the tail's missing acknowledgement: with two replicas a hung
     tail had the live replica1 fenced, then everyone waited in the shrink for the hung tail until the
     watchdog. Now the head suspects its successor for a state it does not take and the tail for a
     missing ACK, and replica1 suspects the tail for a state it cannot forward; a hung replica1 must
     not have the tail blamed either (psbench chaos, seed 44, chain trial-005): the hung pid is
-    fenced, nothing else, and the run completes."""
+    fenced, nothing else, and the run completes. Replicated every 5 updates (no ACK waited for), the
+    head and replica1 both suspected their successors after the same wait, 31 ms apart, and the live
+    replica1 was fenced with the hung tail (seed 46, trial-029): replica1 now suspects sooner, and the
+    launcher does not fence a suspect that was itself waiting for a peer it suspected."""
     out, s = run_ok(tmp_path, "--benchmark", "synthetic", "--model-params", "200000", "--workers", "2",
                     "--no-evaluator", "--mode", "chain", "--replicas", "2", "--duration", "10s",
-                    "--hang-replica", f"3s@{hung}", "--restart-delay", "0")
+                    "--hang-replica", f"3s@{hung}", "--replicate-every", every, "--restart-delay", "0")
     (hang,) = events(out, "hang")
     fences = events(out, "fence")
     assert [(f["pid"], f["role"]) for f in fences] == [(hang["pid"], hung)], fences

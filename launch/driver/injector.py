@@ -37,6 +37,7 @@ CONT_TIMEOUT_S = 10.0  # a stopped rank continued once training is over: here, o
 FENCE_ATTEMPT_S = 10.0  # a remote fence not done by then is given up and tried again
 FENCE_RETRY_S = 1.0
 FENCE_PROBE_S = 2.0  # the suspecting rank's host must answer this fast for its suspicion to count
+BLOCKED_MARGIN_S = 0.2  # a suspect's own suspicion up to this long after the wait for it ended still clears it
 
 
 class Injector:
@@ -61,6 +62,7 @@ class Injector:
         self.running: list[tuple[subprocess.Popen, dict]] = []  # hang and slow scripts, with their records
         self.fencing: dict[tuple[int, str], dict] = {}  # remote fences on their way
         self.watches: dict[str, HostWatch] = {}  # heartbeats of the other hosts (launch/driver/reachability.py)
+        self.suspicions: list[dict] = []  # every suspicion seen: a suspect that raised one itself is blocked
 
     def watch_hosts(self, hosts) -> None:
         """Start the heartbeats of the run's other hosts: a suspicion they raise is judged by them."""
@@ -97,10 +99,18 @@ class Injector:
         loop must not wait for it meanwhile."""
         if suspect.get("pid") is None:
             return
+        blocked_on = self._waiting_itself(suspect)
+        self.suspicions.append(suspect)
         key = (suspect["pid"], suspect["host"])
         if (key in {(f["pid"], f["host"]) for f in self.fenced} or key in self.fencing
                 or (key in self.killed and not self._hung(key))):
             return  # fenced (or being fenced) already, or killed by the schedule: its death is on its way
+        if blocked_on is not None:
+            self.log.emit("fence_refused", pid=key[0], host=key[1], role=suspect.get("role"), by=suspect.get("who"),
+                          by_host=suspect.get("by_host"), t_suspect=suspect.get("t_suspect"),
+                          reason=f"the suspect was itself waiting for {blocked_on.get('role')} "
+                                 f"({blocked_on.get('what')}), whom it suspected: blocked, not hung")
+            return
         self.fencing[key] = {"suspect": suspect, "attempt": 0, "proc": None, "t": None, "retry_at": 0.0,
                              "probe": None}
         by_host = suspect.get("by_host")
@@ -114,6 +124,16 @@ class Injector:
                 preexec_fn=die_with(os.getpid()))
             self.fencing[key]["probe_started"] = time.monotonic()
         self._advance_fences()
+
+    def _waiting_itself(self, suspect: dict) -> dict | None:
+        """The suspicion the suspect raised itself while the suspecting rank waited for it, if any: a
+        process that suspects its own peer is alive and blocked by that peer (a chain member above a hung
+        replica), and the peer is the one to fence (psmodes/suspicion.py ``delivery_wait_s``)."""
+        t1 = float(suspect.get("t_suspect") or suspect["t"])
+        t0 = t1 - float(suspect.get("waited_s") or 0.0)
+        return next((s for s in self.suspicions if s.get("by") == suspect.get("role")
+                     and s.get("by_host") == suspect.get("host")
+                     and t0 <= float(s.get("t_suspect") or s["t"]) <= t1 + BLOCKED_MARGIN_S), None)
 
     def _advance_fences(self) -> None:
         for key, f in list(self.fencing.items()):

@@ -74,6 +74,7 @@ class EventTail:
                         out.append(json.loads(line))
                     except ValueError:
                         pass
+        out.sort(key=lambda e: e.get("t", 0.0))  # across the ranks' files: a suspicion before the one it explains
         return out
 
 

@@ -105,14 +105,14 @@ def replicate(server, wait_ack: bool, ack: bool | None = None, fresh: bool = Fal
     from .. import transport as tp
     from ..errors import RunFailed
     from ..messages import Ack, State
-    from ..suspicion import Suspicion
+    from ..suspicion import Suspicion, delivery_wait_s
 
     ctx, c, opt = server.ctx, server.ctx.cluster, server.opt
     if not c.replicas:
         return
     # a successor that does not take the previous state is suspected in half the workers' time, so
     # that they do not blame the head that waits for it (psmodes.suspicion)
-    after = ctx.cfg.suspect_after_s / 2
+    after = delivery_wait_s(ctx.cfg.suspect_after_s, 0, len(c.chain))
     suspect = None if fresh else Suspicion(ctx, c.replicas[0], "the previous state's delivery", after)
     tp.wait(server.repl_sends.on(c.world), ctx.peer_timeout, "previous replication", on_idle=ctx.idle,
             watch=ctx.death_watch(), suspect=suspect)
