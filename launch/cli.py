@@ -9,6 +9,7 @@
     psbench compare A B              # two report dirs, sweep dirs, run dirs or summary.json files
     psbench chaos --mode chain --trials 20 --seed 1   # randomised kills, invariants checked per trial
     psbench perf [--quick]           # what each mode costs, side by side: reports/perf/report.md
+    psbench project --from reports/perf --gpus 1024,16384   # ETTR and time to train at a cluster's scale
     psbench doctor                   # is this machine ready?
 
 Every option is validated before any process starts; bad input gets one line
@@ -37,6 +38,7 @@ from .driver.runner import run_job
 from .experiments import sweep
 from .experiments.chaos import add_chaos_parser, cmd_chaos
 from .experiments.perf import add_perf_parser, cmd_perf
+from .experiments.project import add_project_parser, cmd_project
 from .experiments.slurm import cmd_slurm
 
 
@@ -80,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_options(run)
     sweep.add_sweep_parser(sub)
     add_chaos_parser(sub)
+    add_project_parser(sub)
     report = sub.add_parser("report", help="a Markdown report (CIs, plots, findings, cost) of a run or sweep directory")
     report.add_argument("dir", help="a run directory, a sweep directory, or any folder holding run directories")
     add_report_options(report)
@@ -154,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_compare(a)
         if a.command == "perf":
             return cmd_perf(a)
+        if a.command == "project":
+            return cmd_project(a)
         if a.command == "doctor":
             return check(a.data_dir)
         parser.print_help()

@@ -1,0 +1,75 @@
+"""The projection to a cluster's scale (launch/analysis/projection.py, psbench project): the simulation
+agrees with the closed forms where they apply, is reproducible from its seed, and the command turns a
+committed perf measurement into a report; bad input is one line."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import psbench
+
+
+@pytest.mark.parametrize("rollback, interval, outage", [(False, None, 600.0), (True, 1800.0, 600.0),
+                                                        (True, 600.0, 60.0), (True, 3600.0, 1200.0)])
+def test_the_simulation_agrees_with_the_closed_form(rollback, interval, outage):
+    from launch.analysis.projection import Recovery, Target, closed_form, project
+
+    target = Target(gpus=16384)  # a failure every 1.8 h, as published
+    rec = Recovery("m", outage_s=outage, rollback=rollback, interval_s=interval)
+    p = project(rec, target, seed=3)
+    assert p.failures >= 1000
+    assert abs(p.ettr - closed_form(rec, target.mtbf_s)) < 0.01, (p, closed_form(rec, target.mtbf_s))
+
+
+def test_the_simulation_is_reproducible_and_its_spares_and_shape_count():
+    from launch.analysis.projection import Recovery, Target, project
+
+    rec = Recovery("m", outage_s=600.0, spare_outage_s=10.0, refill_s=600.0, rollback=True, interval_s=1800.0)
+    assert project(rec, Target(gpus=16384), seed=1) == project(rec, Target(gpus=16384), seed=1)
+    assert project(rec, Target(gpus=16384), seed=1) != project(rec, Target(gpus=16384), seed=2)
+    alone, spared = project(rec, Target(gpus=16384), seed=1), project(rec, Target(gpus=16384, spares=2), seed=1)
+    assert spared.ettr > alone.ettr + 0.05  # a spare takes 10 s instead of 600
+    # a Weibull node process at a random age fails at the same mean rate (not all infant failures at once)
+    bursty = project(rec, Target(gpus=16384, shape=0.7), seed=1)
+    assert 0.8 < bursty.failures / alone.failures < 1.25
+
+
+def test_young_daly_is_near_the_simulated_best_interval():
+    from launch.analysis.projection import Recovery, Target, project, young_daly_s
+
+    target, pause = Target(gpus=16384), 30.0
+
+    def effective(interval):
+        rec = Recovery("m", outage_s=300.0, rollback=True, interval_s=interval, overhead=pause / interval)
+        return project(rec, target, seed=0).effective
+
+    best = young_daly_s(pause, target.mtbf_s)  # about 630 s
+    assert effective(best) > effective(best / 4) and effective(best) > effective(best * 4)
+
+
+def test_project_turns_the_committed_perf_run_into_a_report(tmp_path):
+    proc = psbench("project", "--from", "reports/perf", "--gpus", "1024,131072", "--spares", "0,1",
+                   "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((tmp_path / "projection.json").read_text())
+    modes = {r["mode"] for r in result["rows"]}
+    assert {"checkpoint K=100", "checkpoint at Young/Daly", "chain K=100 R=1", "stateless", "hybrid K=100 R=1"} <= modes
+    assert all(0 <= r["ettr"] <= 1 and r["failures_simulated"] >= 1000 for r in result["rows"])
+    by = {(r["gpus"], r["mode"]): r for r in result["rows"] if r["spares"] == 0}
+    assert by[(131072, "checkpoint at Young/Daly")]["ettr"] < by[(1024, "checkpoint at Young/Daly")]["ettr"]
+    report = (tmp_path / "report.md").read_text()
+    assert "## Findings" in report and "keeps the most" in report and (tmp_path / "ettr.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--from", "/nonexistent"], "no perf.json"),
+    (["--from", "reports/perf", "--gpus", "0"], "positive whole numbers"),
+    (["--from", "reports/perf", "--gpus", "many"], "whole numbers"),
+    (["--from", "reports/perf", "--gpu-mttf-h", "-1"], "--gpu-mttf-h must be positive"),
+    (["--from", "reports/perf", "--step", "soon"], "not a duration"),
+])
+def test_bad_project_input_is_one_line(tmp_path, args, needle):
+    proc = psbench("project", *args, "--out", str(tmp_path))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert needle in proc.stderr, proc.stderr
