@@ -11,6 +11,7 @@
     psbench perf [--quick]           # what each mode costs, side by side: reports/perf/report.md
     psbench project --from reports/perf --gpus 1024,16384   # ETTR and time to train at a cluster's scale
     psbench doctor                   # is this machine ready?
+    psbench options --markdown       # the reference of psbench run's options (docs/options.md)
 
 Every option is validated before any process starts; bad input gets one line
 on stderr and exit status 2.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import tempfile
 import sys
 import time
 from pathlib import Path
@@ -33,10 +35,11 @@ from .analysis.report import write_report
 from .driver.doctor import check
 from .driver.hosts import placement_of
 from .driver.mpirun import launch_command
-from .driver.options import OneLineParser, add_run_options, config_from_args, resolve_data
+from .driver.options import OneLineParser, add_run_options, config_from_args, options_markdown, resolve_data
 from .driver.runner import run_job
 from .experiments import sweep
 from .experiments.chaos import add_chaos_parser, cmd_chaos
+from .experiments.kept import ARCHIVE_SUFFIXES, KeptArchive
 from .experiments.perf import add_perf_parser, cmd_perf
 from .experiments.project import add_project_parser, cmd_project
 from .experiments.slurm import cmd_slurm
@@ -83,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_sweep_parser(sub)
     add_chaos_parser(sub)
     add_project_parser(sub)
+    options = sub.add_parser("options", help="the reference of psbench run's options, in Markdown (docs/options.md)")
+    options.add_argument("--markdown", action="store_true", help="Markdown (the only format)")
     report = sub.add_parser("report", help="a Markdown report (CIs, plots, findings, cost) of a run or sweep directory")
     report.add_argument("dir", help="a run directory, a sweep directory, or any folder holding run directories")
     add_report_options(report)
@@ -121,8 +126,15 @@ def cmd_sweep(a: argparse.Namespace, argv: list[str]) -> int:
 
 def cmd_report(a: argparse.Namespace) -> int:
     src = Path(a.dir)
+    if src.name.endswith(ARCHIVE_SUFFIXES) and src.is_file():  # a sweep's kept runs (--keep FILE.tar.xz)
+        out = Path(a.out) if a.out else src.parent
+        with tempfile.TemporaryDirectory(prefix="psbench-kept-") as tmp:
+            KeptArchive(src).extract(Path(tmp))
+            path = write_report(tmp, out, target=a.target, prices=a.prices, instance=a.instance, shown=src)
+        print(f"report: {path}")
+        return 0
     if not src.is_dir():
-        raise ConfigError(f"{src} is not a directory (give a run or sweep directory)")
+        raise ConfigError(f"{src} is not a directory (give a run or sweep directory, or a sweep's kept .tar.xz)")
     out = Path(a.out) if a.out else Path("reports") / src.resolve().name
     path = write_report(src, out, target=a.target, prices=a.prices, instance=a.instance)
     print(f"report: {path}")
@@ -159,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_perf(a)
         if a.command == "project":
             return cmd_project(a)
+        if a.command == "options":
+            print(options_markdown(), end="")
+            return 0
         if a.command == "doctor":
             return check(a.data_dir)
         parser.print_help()

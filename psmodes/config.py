@@ -238,12 +238,14 @@ class RunConfig:
     benchmark: str = option("fmnist-cnn", "--benchmark", f"one of: {', '.join(WORKLOADS)}, or your own: "
                             "MODULE:FACTORY or FILE.py:FACTORY (benchmarks/registry.py)", group="workload",
                             check=check_benchmark)
-    workers: int = option(2, "--workers", group="workload", check=positive_int)
+    workers: int = option(2, "--workers", "data-parallel workers (one rank each)", group="workload",
+                          check=positive_int)
     steps: int | None = option(None, "--steps", "train for N PS updates", group="workload", type=int,
                                check=positive_int)
     duration_s: float | None = option(None, "--duration", "train for this long, e.g. 60s, 2m", group="workload",
                                       parse=duration, check=positive)
-    seed: int = option(0, "--seed", group="workload", check=non_negative)
+    seed: int = option(0, "--seed", "seeds the model, the data order and the drawn failures", group="workload",
+                       check=non_negative)
     batch_size: int | None = option(None, "--batch-size", "per worker (default: the benchmark's)",
                                     group="workload", type=int, check=positive_int)
     lr: float | None = option(None, "--lr", "learning rate (default: the benchmark's)", group="workload",
@@ -251,7 +253,8 @@ class RunConfig:
     optimizer: str | None = option(None, "--optimizer", "the PS's optimizer: sgd, momentum (SGD with --momentum, "
                                    "default 0.9) or adamw (psmodes/optim.py); default: the benchmark's (sgd; "
                                    "gpt-tiny: adamw)", group="workload", check=one_of(OPTIMIZERS, "optimizer"))
-    momentum: float = option(0.0, "--momentum", group="workload", check=fraction)
+    momentum: float = option(0.0, "--momentum", "SGD momentum in [0, 1) (0: plain SGD; --optimizer momentum: 0.9)",
+                             group="workload", check=fraction)
     weight_decay: float = option(0.01, "--weight-decay", "adamw: decoupled weight decay", group="workload",
                                  type=float, check=fraction)
     betas: str = option("0.9,0.999", "--betas", "adamw: the moments' decay rates B1,B2", group="workload",

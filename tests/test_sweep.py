@@ -158,7 +158,8 @@ def test_kept_runs_resume_elsewhere_and_another_configuration_is_refused(tmp_pat
     first = psbench("sweep", str(sweep_file), "--out", str(out), "--report-dir", str(tmp_path / "r"), "--quiet",
                     "--keep", str(keep))
     assert first.returncode == 0, first.stderr
-    assert sorted(p.name for p in keep.iterdir()) == ["none-s0"]  # no temporary copy left
+    # the run and what the report reads of the sweep; no temporary copy left
+    assert sorted(p.name for p in keep.iterdir()) == ["machine.json", "none-s0", "sweep.json", "sweep.toml"]
     kept = keep / "none-s0"
     assert {"config.json", "summary.json", "command.txt"} <= {p.name for p in kept.iterdir()}
     assert (kept / "events" / "ps.jsonl").exists() and not (kept / "events" / "worker0.jsonl").exists()

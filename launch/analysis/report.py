@@ -411,7 +411,8 @@ def _read_json(path: Path):
 
 
 def write_report(src: str | Path, out: str | Path, target: float | None = None, prices: str | None = None,
-                 instance: str | None = None) -> Path:
+                 instance: str | None = None, shown: str | Path | None = None) -> Path:
+    """``shown``: what the report names as its source, when ``src`` is a copy (a kept archive, unpacked)."""
     src, out = Path(src), Path(out)
     if not src.is_dir():
         raise ConfigError(f"{src} is not a directory")
@@ -431,7 +432,7 @@ def write_report(src: str | Path, out: str | Path, target: float | None = None, 
     if not machine:
         machine = machine_info()
         machine_note = "the machine that wrote this report (the runs did not record theirs)"
-    text = render(name, src, sweep, runs, aggs, target, plots, pricing, machine, machine_note, out)
+    text = render(name, src, sweep, runs, aggs, target, plots, pricing, machine, machine_note, out, shown)
     write_results(out, name, target, runs, aggs)
     path = out / "report.md"
     write_text_atomic(path, text)
@@ -456,7 +457,7 @@ def write_results(out: Path, name: str, target: float | None, runs: list[RunReco
     write_text_atomic(out / "results.csv", frame([r.row() for r in runs]).to_csv(index=False))
 
 
-def render(name, src, sweep, runs, aggs, target, plots, pricing, machine, machine_note, out) -> str:
+def render(name, src, sweep, runs, aggs, target, plots, pricing, machine, machine_note, out, shown=None) -> str:
     known = [a for a in aggs if a.label != "unknown"]
     benchmarks = sorted({str(a.config.get("benchmark")) for a in known})
     seeds = sorted({r.seed for r in runs if r.seed is not None})
@@ -465,7 +466,7 @@ def render(name, src, sweep, runs, aggs, target, plots, pricing, machine, machin
     L += [f"{len(runs)} runs of {len(known)} configurations ({', '.join(benchmarks) or 'unknown benchmark'}), "
           f"seeds {', '.join(map(str, seeds)) or NA}, scored by {metric_word(aggs)}"
           f"{'' if shared_metric(aggs) else ' (each workload its own)'}, target {target_text(aggs, target)}. "
-          f"Generated {time.strftime('%Y-%m-%d %H:%M %Z')} by `psbench report` from `{src}`.", ""]
+          f"Generated {time.strftime('%Y-%m-%d %H:%M %Z')} by `psbench report` from `{shown or src}`.", ""]
     L += ["Every figure is computed by psbench from the events the runs recorded. A cell is the mean ± the "
           "half-width of its 95% confidence interval over seeds (Student's t; no interval with one seed), over "
           "the completed runs only; – means the figure does not apply or nothing was measured.", ""]

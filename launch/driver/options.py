@@ -140,3 +140,27 @@ def run_parser() -> OneLineParser:
     parser = OneLineParser(prog="psbench run")
     add_run_options(parser)
     return parser
+
+
+def options_markdown() -> str:
+    """The reference of ``psbench run``'s options (docs/options.md), from their declarations: one table
+    per group, in ``--help``'s order. ``psbench options --markdown`` prints it; tests/test_docs.py
+    fails when the committed page and the code disagree."""
+    lines = ["# `psbench run` options", "",
+             "Generated from the options' declarations (`option(...)` on `RunConfig` in psmodes/config.py, and "
+             "the launcher's own in launch/driver/options.py) by `psbench options --markdown > docs/options.md`; "
+             "`tests/test_docs.py` fails when this page and the code disagree. A sweep file takes the same "
+             "options as keys (`kill_ps` or `kill-ps`).", ""]
+    by_group: dict[str, list[Option]] = {}
+    for opt in run_options().values():
+        by_group.setdefault(opt.group, []).append(opt)
+    for group in GROUPS:
+        lines += [f"## {group}", "", "| option | default | what it does |", "| --- | --- | --- |"]
+        for opt in by_group.get(group, []):
+            value = "" if opt.kind in ("flag", "negated") else f" {opt.metavar or opt.dest.upper()}"
+            default = opt.cli_default
+            shown = "" if default is None or default is False or default == [] else f"`{default}`"
+            text = (opt.help or "").replace("%%", "%").replace("|", "\\|")
+            lines.append(f"| `{opt.flag}{value}` | {shown} | {text} |")
+        lines.append("")
+    return "\n".join(lines)

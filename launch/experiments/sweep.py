@@ -38,9 +38,10 @@ is finished: the report marks it. At the end the sweep report is written to
 ``--keep DIR`` carries a sweep from one machine to the next (a sweep longer than
 a session, a CI box that starts empty): each finished run's record (its
 configuration, summary, command and the PS's events: what the report reads) is
-copied into ``DIR/<label>-s<seed>/``, and a run kept there that the sweep
-directory lacks is put back before the sweep starts, so it is not run again.
-Commit ``DIR`` (e.g. ``reports/outage/finished``) and the sweep resumes elsewhere.
+copied into ``DIR/<label>-s<seed>/`` (or, ``--keep FILE.tar.xz``, into one compressed
+archive: launch/experiments/kept.py), and a run kept there that the sweep directory lacks
+is put back before the sweep starts, so it is not run again. Commit it (e.g.
+``reports/outage/finished.tar.xz``) and the sweep resumes elsewhere.
 """
 from __future__ import annotations
 
@@ -73,6 +74,7 @@ from ..analysis.machine import machine_info
 from ..analysis.report import write_report
 from ..driver.options import OneLineParser, add_run_options, config_from_args, resolve_data, run_options, run_parser
 from ..driver.runner import raise_interrupt, run_job
+from .kept import kept_store
 
 TOP_KEYS = ("name", "description", "seeds", "target", "claims", "base", "grid", "extra")
 NOT_IN_FILE = {"out": "the sweep puts each run in <out>/runs/", "dry_run": "use psbench sweep --dry-run",
@@ -174,9 +176,10 @@ def add_sweep_parser(sub) -> None:
     sweep.add_argument("--seeds", help="comma-separated seeds, replacing the file's seeds (e.g. 0 or 0,1,2)")
     sweep.add_argument("--report-dir", help="where the report goes (default: reports/<name>)")
     sweep.add_argument("--target", type=float, help="the report's target of the runs' metric (default: the file's, else the metric's own)")
-    sweep.add_argument("--keep", metavar="DIR",
-                       help="copy each finished run's record here, and take the runs kept here as finished: "
-                            "commit DIR to resume the sweep on another machine (e.g. reports/outage/finished)")
+    sweep.add_argument("--keep", metavar="DIR|FILE.tar.xz",
+                       help="keep each finished run's record here (a folder, or one compressed archive), and take "
+                            "the runs kept here as finished: commit it to resume the sweep on another machine "
+                            "(e.g. reports/outage/finished.tar.xz)")
     sweep.add_argument("--task", type=int, metavar="I",
                        help="run only the sweep's run number I (0-based, as --dry-run lists them) and write no "
                             "report: one task of a Slurm job array (psbench slurm --array)")
@@ -349,42 +352,32 @@ def finished(sweep: Sweep, run: PlannedRun) -> bool:
     return True
 
 
-# what the report reads of a finished run: a kept copy of these stands for the run
-KEPT = ("config.json", "summary.json", "command.txt", "events/ps*.jsonl")
-
-
 def keep_run(final: Path, keep: Path) -> None:
-    """Copy the record of the finished run in ``final`` to ``keep/<its name>``: whole or not at all
-    (written beside it, then renamed over any older copy)."""
-    keep.mkdir(parents=True, exist_ok=True)
-    tmp, dest = keep / f".{final.name}.tmp", keep / final.name
-    shutil.rmtree(tmp, ignore_errors=True)
-    for pattern in KEPT:
-        for src in final.glob(pattern):
-            (tmp / src.relative_to(final)).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, tmp / src.relative_to(final))
-    shutil.rmtree(dest, ignore_errors=True)
-    os.rename(tmp, dest)
+    """Keep the record of the finished run in ``final`` in ``keep`` (a folder or an archive:
+    launch/experiments/kept.py), whole or not at all."""
+    kept_store(keep).add(final)
 
 
 def sync_kept(sweep: Sweep, keep: Path) -> int:
     """Before a sweep with ``--keep``: put back the kept runs that the sweep directory lacks (their
     config.json's run_dir set to where they are now) and keep the finished ones not kept yet;
     how many came back."""
+    store = kept_store(keep)
+    kept = store.names()
     restored = 0
     for run in sweep.runs:
-        src, final = keep / run.slug, sweep.runs_dir / run.slug
-        if not final.exists() and (src / "summary.json").exists():
+        final = sweep.runs_dir / run.slug
+        if not final.exists() and run.slug in kept:
             partial = sweep.runs_dir / f"{run.slug}.partial"  # a copy cut short is a stale .partial
             shutil.rmtree(partial, ignore_errors=True)
-            shutil.copytree(src, partial)
+            store.restore(run.slug, partial)
             config = json.loads((partial / "config.json").read_text())
             config["run_dir"] = str(final.resolve())
             write_text_atomic(partial / "config.json", json.dumps(config, indent=2) + "\n")
             os.rename(partial, final)
             restored += 1
-        if final.exists() and not (src / "summary.json").exists() and finished(sweep, run):
-            keep_run(final, keep)
+        if final.exists() and run.slug not in kept and finished(sweep, run):
+            store.add(final)
     return restored
 
 
@@ -518,6 +511,8 @@ def execute(sweep: Sweep, command: list[str], quiet: bool = False, report_dir: s
         for stale in sorted(sweep.runs_dir.glob("*.partial")):
             shutil.rmtree(stale, ignore_errors=True)
         restored = sync_kept(sweep, Path(keep)) if keep else 0
+        if keep:
+            kept_store(keep).add_sweep(sweep.out)  # what the report reads of the sweep itself
         todo = [r for r in sweep.runs if not finished(sweep, r)]
         done = len(sweep.runs) - len(todo)
         if not quiet:
