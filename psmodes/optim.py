@@ -16,7 +16,7 @@ The state travels as one flat vector: the weights, then the optimizer's buffers
 PS version. The weights' tail past ``trainable`` holds the model's buffers (BatchNorm's
 statistics, psmodes/flatparams.py): an update copies it from the gradient's tail, where
 the workers put theirs, and steps only the trainable part. A stateless replacement starts from the workers' weights with fresh buffers:
-no copy of the PS's optimizer state survives the PS in that mode (the README says so).
+no copy of the PS's optimizer state survives the PS in that mode (docs/modes.md says so).
 """
 from __future__ import annotations
 

@@ -63,7 +63,7 @@ def psbench(*args: str, timeout: float = 600, env: dict | None = None) -> subpro
                           env=full_env, stdin=subprocess.DEVNULL)
 
 
-# Open MPI 5.0.11's own crash (README, "How it works": a rank that dies of a signal psbench did not
+# Open MPI 5.0.11's own crash (docs/architecture.md: a rank that dies of a signal psbench did not
 # send): every survivor of a repair died of SIGSEGV in ompi_comm_revoke_local inside
 # MPI_Comm_create_from_group (CI, test_stateless_replay_policies[mean], 1 run in about 340). psbench
 # recorded it as it should (summary "crashes"); a test of something else runs again once, with a

@@ -74,7 +74,7 @@ def test_a_partition_of_the_ps_host_is_fenced_after_it_heals_and_the_replica_tak
     and only after it the replica on nodea takes over: no two heads, no lost step. The
     tail is not respawned within the run (--restart-delay 30s) and there is no evaluator: after
     a partition, Open MPI 5.0.11's MPI_Comm_spawn stalled in some survivors, and in one run of
-    three the evaluator never got the new head's first snapshot (see the README)."""
+    three the evaluator never got the new head's first snapshot (see docs/clusters.md)."""
     s = run_on_nodea(two_hosts, tmp_path / "run", "--no-evaluator", "--mode", "chain", "--duration", "12s",
                      "--restart-delay", "30s", "--peer-timeout", "20s", "--partition-ps", "4s~5s",
                      "--hosts", "nodea:5,nodeb:1", timeout=240)

@@ -93,7 +93,7 @@ def test_chain_strict_failover_loses_nothing(tmp_path):
 
 
 def test_chain_relaxed_loses_at_most_2k_minus_1(tmp_path):
-    """K > 1: the newest shipped state may be in flight at the kill (README, Recovery semantics)."""
+    """K > 1: the newest shipped state may be in flight at the kill (docs/modes.md)."""
     k = 20
     out, s = run_ok(tmp_path, *SYN, "--mode", "chain", "--replicas", "1", "--replicate-every", str(k),
                     "--duration", "12s", "--kill-ps", "5s")
@@ -185,7 +185,7 @@ def test_chain_fails_promptly_when_head_and_all_replicas_die(tmp_path):
 
 
 def test_a_user_workload_from_outside_the_repo_survives_a_ps_kill(tmp_path):
-    """--benchmark FILE.py:FACTORY with the README's example copied to a folder outside the checkout."""
+    """--benchmark FILE.py:FACTORY with the README's example (benchmarks/examples) copied to a folder outside the checkout."""
     mine = tmp_path / "elsewhere" / "my_workload.py"
     mine.parent.mkdir()
     shutil.copy(ROOT / "benchmarks" / "examples" / "custom_workload.py", mine)

@@ -192,7 +192,7 @@ def test_paper_sweep_end_to_end_reduced(tmp_path):
     proc = psbench(*args, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     crashed = [r for r in (out / "runs").iterdir() if open_mpi_crashed(r)]
-    if crashed:  # Open MPI 5.0.11's own SIGSEGV (README); as run_ok does, such a run is repeated once
+    if crashed:  # Open MPI 5.0.11's own SIGSEGV (docs/architecture.md); as run_ok does, such a run is repeated once
         warnings.warn(f"Open MPI crashed ({OPEN_MPI_CRASH}) in {[r.name for r in crashed]}: repeated once")
         for r in crashed:
             shutil.rmtree(r)

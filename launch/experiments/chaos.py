@@ -18,7 +18,7 @@ that can restart the whole job from its checkpoint (checkpoint) lose the PS's
 host at their first fault (``--kill-node``: on one host every rank, the workers
 too) and run with ``--recovery job-restart``; ULFM cannot repair that in place
 (the workers are gone), nor, with Open MPI 5.0.x, a lost daemon on a second host
-(README, "Node loss"). After every trial the run directory is checked against
+(docs/clusters.md, "Whole-job restart"). After every trial the run directory is checked against
 these invariants:
 
 - ``deadline``: the run completed or failed cleanly (a recorded reason) within

@@ -8,7 +8,7 @@ CLI, the placement, the mpirun line, the injector, the analysis, the reports, ``
 
 Adding a kind: a module here with ``KIND = MyKind(...)`` (its injection, its event and its records),
 its name in :data:`~launch.faultkinds.registry.KINDS`, its option in psmodes/config.py (options are declared once, in the
-RunConfig the ranks read too) when ``psbench run`` schedules it by hand, its tests and its README row.
+RunConfig the ranks read too) when ``psbench run`` schedules it by hand, its tests and its row in the README's and docs/faults.md's tables.
 """
 from __future__ import annotations
 
