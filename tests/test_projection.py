@@ -4,10 +4,13 @@ committed perf measurement into a report; bad input is one line."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from conftest import psbench
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("rollback, interval, outage", [(False, None, 600.0), (True, 1800.0, 600.0),
@@ -73,3 +76,22 @@ def test_bad_project_input_is_one_line(tmp_path, args, needle):
     proc = psbench("project", *args, "--out", str(tmp_path))
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert needle in proc.stderr, proc.stderr
+
+
+def test_validation_sets_measured_runs_beside_their_prediction(tmp_path):
+    """The plumbing of --validate on made-up run records (the real ones are the MTBF study's)."""
+    from launch.experiments.project import measured_from, validate
+    from psmodes.config import RunConfig
+
+    for seed, ettr in ((0, 0.80), (1, 0.84), (2, 0.82)):
+        run = tmp_path / f"checkpoint-s{seed}"
+        run.mkdir()
+        cfg = RunConfig(benchmark="fmnist-cnn", mode="checkpoint", checkpoint_every=20, duration_s=120.0, seed=seed,
+                        failures=["ps:exp:20s"], run_dir=str(run))
+        (run / "config.json").write_text(json.dumps(cfg.to_dict()))
+        (run / "summary.json").write_text(json.dumps({"completed": True, "exit_reason": "completed", "ettr": ettr,
+                                                      "mode": "checkpoint", "seed": seed}))
+    (row,) = validate(measured_from(ROOT / "reports" / "perf"), tmp_path)
+    assert row["mode"] == "checkpoint" and row["mtbf_s"] == 20.0 and row["n"] == 3
+    assert row["measured"] == pytest.approx(0.82) and 0.5 < row["predicted"] < 1.0
+    assert row["within_0.03"] == (abs(row["predicted"] - 0.82) <= 0.03)

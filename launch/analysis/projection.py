@@ -176,11 +176,15 @@ def _one_run(rec: Recovery, target: Target, horizon_s: float, rng: np.random.Gen
 
 
 def project(rec: Recovery, target: Target, seed: int = 0, runs: int = RUNS,
-            min_failures: int = MIN_FAILURES) -> Projection:
+            min_failures: int = MIN_FAILURES, horizon_s: float | None = None) -> Projection:
     """ETTR of ``rec`` at ``target``: ``runs`` simulated runs, long enough for ``min_failures`` failures
-    in all (62.5 mean times between failures each, at least), from ``seed``."""
+    in all (62.5 mean times between failures each, at least), from ``seed``. ``horizon_s``: runs of
+    this length instead (a measured run's), as many as ``min_failures`` takes."""
     mtbf = target.mtbf_s
-    horizon = max(50.0, 1.25 * min_failures / runs) * mtbf
+    if horizon_s is not None:
+        horizon, runs = horizon_s, max(runs, math.ceil(1.25 * min_failures * mtbf / horizon_s))
+    else:
+        horizon = max(50.0, 1.25 * min_failures / runs) * mtbf
     rng = np.random.default_rng(seed)
     results = [_one_run(rec, target, horizon, rng) for _ in range(runs)]
     values = np.array([e for e, _ in results])

@@ -66,7 +66,7 @@ def runtime_abort(log: bytes) -> str | None:
     """Why Open MPI's runtime ended the job, when it says so in ``mpirun.log``: with the Open MPI
     5.0.x this project installs (PRRTE 3.0.x), losing a host's daemon (``prted``: a node lost,
     ``--kill-node``) ends the whole job, ULFM or not; PRRTE tolerates lost daemons only from
-    4.x (openpmix/prrte PR 2443)."""
+    5.0 (openpmix/prrte PR 2443; docs/openmpi.md)."""
     m = LOST_DAEMON.search(log)
     if m:
         return (f"Open MPI's runtime lost the daemon on {m.group(1).decode(errors='replace')} and ended the job "
