@@ -71,3 +71,26 @@ def test_a_death_never_recovered_is_outage_to_the_end(tmp_path):
     assert outage_windows(T0, 10.0, faults, []) == [[T0 + 4.0, T0 + 10.0]]
     assert ettr(10.0, 6.0, 0, 0.1)["ettr"] == 0.4
     assert ettr(0.0, 0.0, 0, None) is None
+
+
+def test_the_cost_model_prices_the_samples_a_run_kept():
+    """launch/analysis/cost.py: the run's price over the samples in its final model (goodput x training
+    time): a run that kept half its samples costs twice as much per sample kept."""
+    from types import SimpleNamespace
+
+    from launch.analysis.cost import Pricing
+
+    pricing = Pricing()
+    rate = pricing.default_cpu.usd_per_vcpu_s
+
+    def run(goodput):
+        r = SimpleNamespace(rank_s={"ps": 100.0, "worker": 200.0}, device="cpu", summary={"train_s": 100.0},
+                            metrics={"goodput": goodput, "time_to_target_s": None})
+        pricing.price(r)
+        return r.metrics
+
+    full, half = run(1000.0), run(500.0)
+    assert full["cost_usd"] == pytest.approx(300 * rate)  # three ranks for 100 s
+    assert full["usd_per_m_kept_samples"] == pytest.approx(300 * rate / 0.1)  # 100,000 samples kept
+    assert half["usd_per_m_kept_samples"] == pytest.approx(2 * full["usd_per_m_kept_samples"])
+    assert run(None)["usd_per_m_kept_samples"] is None

@@ -97,6 +97,9 @@ METRICS = [
            "rank-seconds of the run priced from the instance price table"),
     Metric("cost_to_target_usd", "cost to target ($)", "{:.3g}", "low",
            "the same price for the time to the target"),
+    Metric("usd_per_m_kept_samples", "$ per 1M samples kept", "{:.3g}", "low",
+           "the run's price over the samples whose updates are in its final model (goodput x training "
+           "time), per million: the cost model's view of ETTR and goodput"),
 ]
 METRIC_BY_KEY = {m.key: m for m in METRICS}
 LEGACY_KEYS = {"final_metric": "final_accuracy"}  # results.json written before the metric was declared

@@ -86,7 +86,9 @@ class Pricing:
         return self.default_gpu if device.startswith("cuda") else self.default_cpu
 
     def price(self, run) -> None:
-        """Adds ``cost_usd`` and ``cost_to_target_usd`` to a run record's metrics."""
+        """Adds ``cost_usd``, ``cost_to_target_usd`` and ``usd_per_m_kept_samples`` (the run's price over
+        the samples whose updates are in its final model, in millions: goodput x training time) to a
+        run record's metrics."""
         if not run.rank_s:
             return
         inst = self.instance_for(run.device)
@@ -101,3 +103,6 @@ class Pricing:
         run.metrics["cost_usd"] = usd_per_s * train_s if train_s else None
         tt = run.metrics.get("time_to_target_s")
         run.metrics["cost_to_target_usd"] = usd_per_s * tt if tt is not None else None
+        # the price of the work that survived: failures' lost and unproductive time make it dearer
+        kept = (run.metrics.get("goodput") or 0.0) * train_s
+        run.metrics["usd_per_m_kept_samples"] = usd_per_s * train_s / (kept / 1e6) if kept > 0 else None

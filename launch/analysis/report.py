@@ -577,6 +577,7 @@ def cost_section(aggs: list[ConfigAggregate], pricing: Pricing, target: float | 
         row["total rank-s"] = NA if total is None else f"{total:.0f}"
         row["$ per run"] = fmt_est("cost_usd", a.estimates["cost_usd"])
         row[f"$ to reach {target_text(aggs, target)}"] = fmt_est("cost_to_target_usd", a.estimates["cost_to_target_usd"])
+        row["$ per 1M samples kept"] = fmt_est("usd_per_m_kept_samples", a.estimates["usd_per_m_kept_samples"])
         rows.append(row)
     return L + [md_table(rows), ""]
 
