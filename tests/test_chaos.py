@@ -196,3 +196,19 @@ def test_ctrl_c_ends_the_trials_not_just_one(tmp_path):
     from launch.experiments.chaos import leftover_processes
 
     assert leftover_processes((out / "chain" / "trial-000").resolve()) == []
+
+
+def test_a_hang_behind_another_hang_is_timed_from_that_ones_fence(tmp_path):
+    """psbench chaos (hybrid, seed 46, trial-001): the head hung at 2.86 s and replica1 at 3.06 s; nobody
+    waits on a replica but the head, so the repair's shrink found it, --suspect-after after the head's
+    fence (5.9 s): fenced 5.95 s after its hang, in time; alone it would be late."""
+    from launch.experiments.chaos import check_trial
+
+    cfg, _ = _trial(tmp_path, "checkpoint")  # --suspect-after 3 s
+    head = {**HANG, "t_s": 2.86, "for_s": None, "fenced_s": 5.9}
+    replica = {**HANG, "t_s": 3.06, "role": "replica1", "pid": 9, "for_s": None, "fenced_s": 9.01}
+    assert check_trial(cfg, _summary(faults=[head, replica]), 20) == []
+    late = check_trial(cfg, _summary(faults=[replica]), 20)
+    assert any("fenced after 5.95 s" in b for b in late), late
+    much_later = check_trial(cfg, _summary(faults=[head, {**replica, "fenced_s": 11.0}]), 20)
+    assert any("fenced after 7.94 s" in b for b in much_later), much_later
