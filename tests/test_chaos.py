@@ -151,6 +151,9 @@ def test_chaos_refuses_bad_input_before_starting(tmp_path):
     assert not (tmp_path / "c").exists()
     proc = psbench("chaos", "--mode", "chain", "--spares", "one", "--out", str(tmp_path / "c"))
     assert proc.returncode == 2 and "--spares 'one'" in proc.stderr and not (tmp_path / "c").exists()
+    # a partition needs the PS on another host than the launcher's
+    proc = psbench("chaos", "--mode", "chain", "--kinds", "partition", "--out", str(tmp_path / "c"))
+    assert proc.returncode == 2 and "put the PS on another host" in proc.stderr and not (tmp_path / "c").exists()
 
 
 def test_chaos_short_real_trials(tmp_path):

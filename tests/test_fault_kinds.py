@@ -11,14 +11,16 @@ from conftest import events
 
 def test_every_list_of_kinds_is_the_registry():
     from launch.experiments import chaos, perf
-    from launch.faultkinds import CHAOS_KINDS, KINDS, OPTIONS, PERF_KINDS
+    from launch.faultkinds import CHAOS_DEFAULT, CHAOS_KINDS, KINDS, OPTIONS, PERF_KINDS
 
     assert list(KINDS) == ["kill", "hang", "slow", "outside", "node", "partition"]
-    # psbench chaos draws the registry's names, in its order (a seed draws what it drew before the registry)
-    assert list(CHAOS_KINDS) == ["kill", "hang", "pause", "slow", "outside", "node"]
+    # psbench chaos draws the registry's names, in its order (a seed draws what it drew before the registry);
+    # a partition only when asked (it needs the PS on another host)
+    assert list(CHAOS_KINDS) == ["kill", "hang", "pause", "slow", "outside", "node", "partition"]
+    assert CHAOS_DEFAULT == ("kill", "hang", "pause", "slow", "outside", "node")
     parser = chaos.argparse.ArgumentParser()
     chaos.add_chaos_parser(parser.add_subparsers())
-    assert parser.parse_args(["chaos", "--mode", "chain"]).kinds == ",".join(CHAOS_KINDS)
+    assert parser.parse_args(["chaos", "--mode", "chain"]).kinds == ",".join(CHAOS_DEFAULT)
     assert perf.FAILURE_KINDS == tuple(PERF_KINDS) == ("kill", "hang", "slow", "outside")
     assert {o.field for o in OPTIONS} == {"kill_ps", "kill_replica", "kill_worker", "hang_ps", "hang_replica",
                                           "slow_ps", "kill_node", "partition_ps"}

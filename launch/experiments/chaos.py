@@ -84,8 +84,10 @@ from psmodes.suspicion import COLD_START_S
 
 from ..analysis.lazy import frame
 from ..analysis.summary import final_metric, metric_timeline
+from ..driver.hosts import placement_of, resolve_hosts
 from ..driver.options import add_option, run_options
-from ..faultkinds import CHAOS_KINDS, KINDS, plan_of, takes_down
+from ..faultkinds import CHAOS_DEFAULT, CHAOS_KINDS, KINDS, plan_of, takes_down
+from ..remote.routes import is_local
 from ..driver.runner import INTERRUPTED, run_job
 
 ACCURACY_TOLERANCE = 0.05
@@ -108,12 +110,13 @@ class Trial:
         PS's host and that host's daemon), ``--recovery job-restart`` restarts the job from the newest
         checkpoint, and of the other faults only the absolute SIGKILLs stay (each is one more restart)."""
         cfg = self.cfg
-        times = sorted([_seconds(s) for s in cfg.kill_ps + cfg.hang_ps + cfg.slow_ps if not s.startswith("+")]
+        times = sorted([_seconds(s) for s in cfg.kill_ps + cfg.hang_ps + cfg.slow_ps + cfg.partition_ps
+                        if not s.startswith("+")]
                        + self.outside)
         first = times[0]
         cfg.kill_node = [f"{first:g}s"]
         cfg.kill_ps = [s for s in cfg.kill_ps if not s.startswith("+") and _seconds(s) != first]
-        cfg.hang_ps, cfg.slow_ps, self.outside = [], [], []
+        cfg.hang_ps, cfg.slow_ps, cfg.partition_ps, self.outside = [], [], [], []
         cfg.recovery, cfg.spares, cfg.refill_spares = "job-restart", 0, False
 
 
@@ -138,9 +141,13 @@ def add_chaos_parser(sub) -> None:
                "draws one (a mode that needs sync, hybrid, runs sync)")
     add_option(p, run["restart_delay"], default="1s")
     p.add_argument("--max-kills", type=int, default=2, help="faults per trial: 1 to this many")
-    p.add_argument("--kinds", default=",".join(CHAOS_KINDS),
-                   help=f"kinds of fault drawn for the PS: {', '.join(CHAOS_KINDS)} (node: a quarter of the trials of "
-                   "a mode with --recovery job-restart lose the PS's host, the rest as drawn)")
+    p.add_argument("--kinds", default=",".join(CHAOS_DEFAULT),
+                   help=f"kinds of fault drawn for the PS: {', '.join(CHAOS_KINDS)} (default: all but partition; "
+                   "node: a quarter of the trials of a mode with --recovery job-restart lose the PS's host, the rest "
+                   "as drawn; partition: the PS's host cut off, which needs it on another host: --hosts, --ps-host)")
+    add_option(p, run["hosts"])
+    add_option(p, run["hostfile"])
+    add_option(p, run["ps_host"])
     p.add_argument("--spares", default=",".join(map(str, SPARES)),
                    help="the --spares drawn for each trial of a mode that repairs the job (e.g. 0 for none)")
     # not drawn by default: a refill makes a new world, which Open MPI 5.0.11 does not always finish
@@ -190,6 +197,7 @@ def plan_trials(a: argparse.Namespace) -> list[Trial]:
     for c in consistencies:
         staleness_bound(c)  # ConfigError, one line
     run = run_options()
+    hosts, _ = resolve_hosts(getattr(a, "hostfile", None), getattr(a, "hosts", None))
     duration = run["duration"].to_field(a.duration)
     restart_delay = run["restart_delay"].to_field(a.restart_delay)
     out = Path(a.out) if a.out else Path("runs") / f"chaos-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -204,7 +212,9 @@ def plan_trials(a: argparse.Namespace) -> list[Trial]:
                 consistency = "sync"
             cfg = RunConfig(benchmark=a.benchmark, mode=mode, consistency=consistency, workers=a.workers,
                             duration_s=duration, seed=a.seed * 1000 + i, model_params=a.model_params,
-                            eval_interval_s=max(0.5, duration / 10), restart_delay_s=restart_delay)
+                            eval_interval_s=max(0.5, duration / 10), restart_delay_s=restart_delay,
+                            hosts=[h.spec() for h in hosts], oversubscribe=not hosts,
+                            ps_host=getattr(a, "ps_host", None))
             _draw(cfg, rng, duration, a.max_kills)
             per_fault = [k for k in kinds if k != "node"] or ["kill"]
             trial = Trial(cfg, _draw_kinds(cfg, rng, per_fault))
@@ -310,6 +320,9 @@ def _alive(pid: int) -> bool:
 def _validate(cfg: RunConfig) -> None:
     cfg.validate()
     plan_of(cfg)
+    if cfg.partition_ps and is_local(placement_of(cfg).host_of("ps") or "localhost"):
+        raise ConfigError("--kinds partition cuts the PS's host off the others: put the PS on another host "
+                          "(--hosts, --ps-host)")
 
 
 # ---- invariants

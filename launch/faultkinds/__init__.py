@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from .base import FaultKind, Option, Point
 from .plan import FaultPlan, parse_points, plan_of
-from .registry import CHAOS_KINDS, EVENTS, KINDS, OPTIONS, PERF_KINDS, takes_down
+from .registry import CHAOS_DEFAULT, CHAOS_KINDS, EVENTS, KINDS, OPTIONS, PERF_KINDS, takes_down
 
-__all__ = ["KINDS", "OPTIONS", "CHAOS_KINDS", "PERF_KINDS", "EVENTS", "FaultKind", "FaultPlan", "Option", "Point",
+__all__ = ["KINDS", "OPTIONS", "CHAOS_KINDS", "CHAOS_DEFAULT", "PERF_KINDS", "EVENTS", "FaultKind", "FaultPlan", "Option", "Point",
            "parse_points", "plan_of", "takes_down"]

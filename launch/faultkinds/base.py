@@ -11,7 +11,8 @@ A kind declares, as data where it can:
   target (its outage counts against ETTR from the fault; a hang's only once it is fenced);
 - ``fenceable``: a fence of its target during it belongs to it (a hung, slowed or cut-off process);
 - ``failure_process``: whether ``--failures TARGET:DIST:PARAMS:KIND`` may draw it;
-- ``chaos``: the names ``psbench chaos --kinds`` draws it as, ``perf_repairs``: how ``psbench perf``'s
+- ``chaos``: the names ``psbench chaos --kinds`` draws it as (``chaos_default``: among the default
+  kinds), ``perf_repairs``: how ``psbench perf``'s
   failure section repairs it (none: not measured there);
 - how it is drawn (``plot_lines``, ``timeline``) and named (``perf_name``);
 
@@ -66,6 +67,7 @@ class FaultKind:
     fenceable: bool = False
     failure_process: bool = False
     chaos: tuple[str, ...] = ()
+    chaos_default: bool = True          # drawn unless --kinds says otherwise (a partition needs hosts: asked for)
     perf_repairs: tuple[str, ...] = ()  # spawn, spare
     perf_name: str = ""
     plot_lines: dict = field(default_factory=dict)  # target (ps, replica) -> (matplotlib dash, label)

@@ -43,6 +43,12 @@ class Partition(FaultKind):
         return injector.log.emit("partition", t_partition=t, for_s=point.for_s, peer=injector.peer_host,
                                  **common, **how)
 
+    def chaos_apply(self, drawn_as, cfg, spec, rng, pause_s):
+        # a short cut (shorter than --suspect-after: ridden out or refused) or a long one (the head fenced
+        # once the link is back), as the two-host tests have them
+        cfg.partition_ps.append(f"{spec}~{rng.choice([0.6, 1.6]) * cfg.suspect_after_s:.1f}s")
+        return None
+
     def records(self, events, out, kill_time):
         recs = []
         for e in launcher_events(events, "partition"):
@@ -72,6 +78,6 @@ KIND = Partition(
     name="partition", summary="the target's host cut off the network for DUR",
     emits="partition",
     options=(Option("partition_ps", "ps", "partitions", "PS cut off"),),
-    length=REQUIRED, fenceable=True,
+    length=REQUIRED, fenceable=True, chaos=("partition",), chaos_default=False,
     plot_lines={"ps": ((0, (8, 3)), "PS host cut off")},
     timeline=dict(color="teal", linestyle="--", label="partition"))

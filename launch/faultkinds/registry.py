@@ -9,6 +9,7 @@ KINDS: dict[str, FaultKind] = {k.KIND.name: k.KIND for k in (kill, hang, slow, o
 # every option that schedules a fault by hand, in the order the reports and a sweep's names list them
 OPTIONS: tuple[Option, ...] = tuple(o for k in KINDS.values() for o in k.options)
 CHAOS_KINDS: dict[str, FaultKind] = {name: k for k in KINDS.values() for name in k.chaos}  # kill, hang, pause, ...
+CHAOS_DEFAULT = tuple(name for name, k in CHAOS_KINDS.items() if k.chaos_default)
 PERF_KINDS: dict[str, FaultKind] = {n: k for n, k in KINDS.items() if k.perf_repairs}
 EVENTS = tuple(dict.fromkeys(k.emits for k in KINDS.values() if k.emits))  # the launcher's events of faults sent
 
