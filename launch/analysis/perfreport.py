@@ -18,6 +18,7 @@ from psmodes.atomic import write_text_atomic
 from psmodes.config import RunConfig
 from psmodes.modes.hybrid import EXTRA_KEPT
 
+from .records import records_json
 from ..faultkinds import PERF_KINDS
 from .lazy import frame, pyplot
 
@@ -334,7 +335,7 @@ def write_perf_report(results: dict, out: Path, runs: Path) -> Path:
     text = render(results, runs, [p.name for p in plots])
     path = out / "report.md"
     write_text_atomic(path, text)
-    write_text_atomic(out / "perf.json", json.dumps(results, indent=1) + "\n")
+    write_text_atomic(out / "perf.json", records_json(results))
     return path
 
 

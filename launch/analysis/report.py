@@ -23,6 +23,7 @@ from psmodes import divergence
 from psmodes.atomic import write_text_atomic
 from psmodes.config import ConfigError
 
+from .records import records_json
 from ..faultkinds import OPTIONS
 from . import claims, naming, outage
 from benchmarks import metrics
@@ -453,7 +454,7 @@ def write_results(out: Path, name: str, target: float | None, runs: list[RunReco
     record = {"name": name, "target": target, "generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
               "metrics": {m.key: {"title": m.title, "better": m.better, "doc": m.doc} for m in METRICS},
               "configs": [a.record() for a in aggs], "runs": [r.row() for r in runs]}
-    write_text_atomic(out / "results.json", json.dumps(record, indent=2, default=str) + "\n")
+    write_text_atomic(out / "results.json", records_json(record))
     write_text_atomic(out / "results.csv", frame([r.row() for r in runs]).to_csv(index=False))
 
 

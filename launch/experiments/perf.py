@@ -58,6 +58,7 @@ from psmodes.config import ConfigError, RunConfig
 from psmodes.events import read_run_events
 from psmodes.suspicion import COLD_START_S
 
+from ..analysis.records import records_json
 from ..analysis.machine import machine_info
 from ..analysis.perfreport import write_perf_report
 from ..driver.mpirun import find_mpirun, mpirun_env, purge_leftovers
@@ -301,7 +302,7 @@ class Perf:
                               "throughput": [], "scale": [], "failures": [], "scaling": [], "memory": []}
 
     def save(self) -> None:
-        write_text_atomic(self.runs / "perf.json", json.dumps(self.results, indent=1) + "\n")
+        write_text_atomic(self.runs / "perf.json", records_json(self.results))
 
     def base(self, **fields) -> RunConfig:
         p = self.plan
