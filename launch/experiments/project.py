@@ -54,7 +54,13 @@ class Workload:
     state_bytes: float   # what a checkpoint or a replica holds: weights and optimizer state
     step_s: float        # one synchronous step, failure-free
     store_Bps: float     # checkpoint store bandwidth, the job's share
-    net_Bps: float       # network bandwidth of the PS (replication, weights to a new PS)
+    net_Bps: float       # network bandwidth of a PS (replication, weights to a new PS)
+    shards: int = 1      # PS shards: each holds, copies, replicates and restores its part, in parallel
+    copy_Bps: float | None = None  # a checkpoint's synchronous copy (None: the rate measured here)
+
+    @property
+    def shard_bytes(self) -> float:
+        return self.state_bytes / self.shards
 
 
 @dataclass(frozen=True)
@@ -127,23 +133,24 @@ def recoveries(m: Measured, w: Workload, target_mtbf_s: float) -> list[Recovery]
     at Young/Daly's interval beside the measured K."""
     out = []
     restore_here = m.write_fit[0] + m.write_fit[1] * m.measured_bytes
-    copy_there = m.copy_fit[0] + m.copy_fit[1] * w.state_bytes
+    # each PS shard copies its own part; a failure takes one shard, which restores or fetches its part
+    copy_there = w.shard_bytes / w.copy_Bps if w.copy_Bps else m.copy_fit[0] + m.copy_fit[1] * w.shard_bytes
     for variant, (mode, k) in VARIANTS.items():
         if variant not in m.overhead or (mode, "spawn") not in m.outage:
             continue
         spawn, spare = m.outage[(mode, "spawn")], m.outage.get((mode, "spare"))
         base = m.overhead[variant]
         if mode == "checkpoint":
-            load = w.state_bytes / w.store_Bps - restore_here
+            load = w.shard_bytes / w.store_Bps - restore_here
             for label, interval in ((variant, k * w.step_s),
                                     ("checkpoint at Young/Daly", young_daly_s(copy_there, target_mtbf_s))):
                 out.append(Recovery(label, outage_s=spawn + load,
                                     spare_outage_s=None if spare is None else spare + load, refill_s=spawn + load,
                                     rollback=True, interval_s=interval, overhead=min(1.0, copy_there / interval),
-                                    notes=(f"every {interval:.0f} s", f"restore {w.state_bytes / w.store_Bps:.0f} s from the store",
+                                    notes=(f"every {interval:.0f} s", f"restore {w.shard_bytes / w.store_Bps:.0f} s from the store",
                                            f"each checkpoint pauses {copy_there:.1f} s (the copy)")))
         elif mode in ("chain", "hybrid"):
-            repl = w.state_bytes / w.net_Bps
+            repl = w.shard_bytes / w.net_Bps
             overhead = max(base, repl / (k * w.step_s))
             out.append(Recovery(variant, outage_s=spawn, spare_outage_s=spare, refill_s=spawn,
                                 lost_s=(k - 1) / 2 * w.step_s if mode == "chain" and k > 1 else 0.0,
@@ -151,8 +158,8 @@ def recoveries(m: Measured, w: Workload, target_mtbf_s: float) -> list[Recovery]
                                 notes=(f"a replication takes {repl:.1f} s every {k} step(s)",)
                                 + (("replication cannot keep up with training",) if overhead >= 1 else ())))
         elif mode == "stateless":
-            fetch = w.state_bytes / w.net_Bps
-            apply = m.apply_s_per_byte * w.state_bytes
+            fetch = w.shard_bytes / w.net_Bps
+            apply = m.apply_s_per_byte * w.shard_bytes
             outage_spawn = spawn + fetch
             out.append(Recovery(variant, outage_s=outage_spawn,
                                 spare_outage_s=None if spare is None else spare + fetch, refill_s=outage_spawn,
@@ -214,8 +221,11 @@ def cmd_project(a: argparse.Namespace) -> int:
         if not getattr(a, name) > 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(a, name)}")
     step = parse_duration(a.step, "--step")
+    if a.ps_shards < 1 or (a.copy_gbps is not None and not a.copy_gbps > 0):
+        raise ConfigError("--ps-shards must be at least 1 and --copy-gbps positive")
     w = Workload(state_bytes=a.params * a.bytes_per_param, step_s=step, store_Bps=a.store_gbps * 1e9 / 8,
-                 net_Bps=a.net_gbps * 1e9 / 8)
+                 net_Bps=a.net_gbps * 1e9 / 8, shards=a.ps_shards,
+                 copy_Bps=a.copy_gbps * 1e9 / 8 if a.copy_gbps else None)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -257,7 +267,7 @@ def render(result: dict) -> str:
              "point, 1,000 failures or more; ± is the 95 % interval of the mean over the runs). "
              f"Target: {result['target']['gpus_per_node']} GPUs per node, {result['target']['gpu_mttf_h']:,.0f} "
              f"GPU-hours per failure (Weibull shape {result['target']['shape']:g}), state "
-             f"{w['state_bytes'] / 1e9:,.1f} GB, step {w['step_s']:g} s, checkpoint store "
+             f"{w['state_bytes'] / 1e9:,.1f} GB in {w['shards']} PS shard(s), step {w['step_s']:g} s, checkpoint store "
              f"{w['store_Bps'] * 8 / 1e9:g} Gb/s, network {w['net_Bps'] * 8 / 1e9:g} Gb/s. Time to train: "
              f"{result['work_days']:g} days of failure-free training divided by the effective share.", "",
              "## Findings", ""]
@@ -265,6 +275,24 @@ def render(result: dict) -> str:
         lines.append(f"- {gpus:,} GPUs, {spares} spare(s) (a failure every {r['mtbf_s'] / 60:.0f} min): "
                      f"**{r['mode']}** keeps the most, {r['effective']:.1%} of failure-free throughput "
                      f"(ETTR {r['ettr']:.3f}).")
+    by = {(r["gpus"], r["spares"], r["mode"]): r for r in rows}
+    sizes, counts = sorted({r["gpus"] for r in rows}), sorted({r["spares"] for r in rows})
+    winners = [best[(g, counts[0])]["mode"] for g in sizes if (g, counts[0]) in best]
+    changes = [f"{a} to {b} at {g:,} GPUs" for (a, b, g) in zip(winners, winners[1:], sizes[1:]) if a != b]
+    if changes:
+        lines.append("- The order changes with scale: " + "; ".join(changes) + ".")
+    if len(counts) > 1:
+        gain = max(((by[(g, counts[-1], m)]["effective"] - by[(g, counts[0], m)]["effective"], g, m)
+                    for (g, c, m) in by if c == counts[0] and (g, counts[-1], m) in by), default=None)
+        if gain:
+            lines.append(f"- {counts[-1]} spare(s) buy at most {gain[0]:+.1%} of throughput ({gain[2]}, "
+                         f"{gain[1]:,} GPUs): a spare shortens a spawn's outage, which only matters where outages "
+                         "are a large share of the time between failures.")
+    for g in sizes:
+        k, yd = by.get((g, counts[0], "checkpoint K=100")), by.get((g, counts[0], "checkpoint at Young/Daly"))
+        if k and yd:
+            lines.append(f"- Checkpointing at Young/Daly's interval instead of every 100 steps: "
+                         f"{yd['effective'] - k['effective']:+.1%} of throughput at {g:,} GPUs ({yd['notes'].split(';')[0]}).")
     if result.get("validation"):
         v = result["validation"]
         inside = sum(1 for r in v if r["within_0.03"])
@@ -348,7 +376,10 @@ def add_project_parser(sub) -> None:
                    help="state bytes per parameter (16: mixed precision with Adam's two moments)")
     p.add_argument("--step", default="1s", help="one failure-free synchronous step")
     p.add_argument("--store-gbps", type=float, default=100.0, help="checkpoint store bandwidth, Gb/s")
-    p.add_argument("--net-gbps", type=float, default=200.0, help="the PS's network bandwidth, Gb/s")
+    p.add_argument("--net-gbps", type=float, default=200.0, help="a PS's network bandwidth, Gb/s")
+    p.add_argument("--ps-shards", type=int, default=1, help="PS shards, each holding its part of the state")
+    p.add_argument("--copy-gbps", type=float, help="a checkpoint's synchronous copy, Gb/s (default: the rate "
+                   "measured here, a host memory copy)")
     p.add_argument("--spares", default="0,2", help="hot spares, comma-separated counts")
     p.add_argument("--work-days", type=float, default=30.0, help="failure-free days of training the job needs")
     p.add_argument("--seed", type=int, default=0)
