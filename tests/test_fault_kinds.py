@@ -58,19 +58,20 @@ def test_the_plan_refuses_what_its_kind_refuses():
 
 
 def test_a_runs_fault_plan_is_parsed_once(tmp_path):
-    """psbench run: the validation, the placement, the mpirun line and the injector share one parse."""
+    """psbench run: the validation, the placement, the mpirun line and the injector share one parse.
+    (600 steps: with 40 the run could end before the launcher's poll saw step 12, and the kill never came.)"""
     from launch import cli
     from launch.faultkinds import plan
 
     before = plan.PARSES
     rc = cli.main(["run", "--benchmark", "synthetic", "--model-params", "100000", "--workers", "2",
-                   "--no-evaluator", "--mode", "checkpoint", "--checkpoint-every", "5", "--steps", "40",
-                   "--kill-ps", "step:12", "--restart-delay", "0", "--quiet", "--no-report",
+                   "--no-evaluator", "--mode", "checkpoint", "--checkpoint-every", "5", "--steps", "600",
+                   "--kill-ps", "step:60", "--restart-delay", "0", "--quiet", "--no-report",
                    "--out", str(tmp_path / "run")])
     assert rc == 0
     assert plan.PARSES - before == 1
     (kill,) = events(tmp_path / "run", "kill", "launcher")
-    assert kill["at"] == "step:12" and kill["role"] == "ps"
+    assert kill["at"] == "step:60" and kill["role"] == "ps"
 
 
 def test_two_fences_nobody_injected_are_two_unplanned_failures():

@@ -101,8 +101,9 @@ class FaultKind:
         raise NotImplementedError(f"{self.name} is not drawn by psbench chaos")
 
     def perf_schedule(self, times: list[float], slow_s: float) -> dict:
-        """The RunConfig fields that schedule this kind at ``times`` (psbench perf's failure section)."""
-        return {}
+        """The RunConfig fields that schedule this kind at ``times`` (psbench perf's failure section):
+        its PS option at each time (none for a kind without one: perf sends it itself)."""
+        return {o.field: [f"{t}s" for t in times] for o in self.options if o.target == "ps"}
 
 
 def record(kind: str, planned: bool, t: float, e: dict, evidence: str) -> dict:

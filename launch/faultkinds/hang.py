@@ -38,9 +38,6 @@ class Hang(FaultKind):
         cfg.hang_ps.append(spec if drawn_as == "hang" else f"{spec}~{pause_s:.2f}s")
         return None
 
-    def perf_schedule(self, times, slow_s):
-        return {"hang_ps": [f"{t}s" for t in times]}
-
 
 KIND = Hang(
     name="hang", summary="SIGSTOP of the target (until fenced; ~DUR: continued DUR later)",

@@ -46,9 +46,6 @@ class Kill(FaultKind):
         cfg.kill_ps.append(spec)
         return None
 
-    def perf_schedule(self, times, slow_s):
-        return {"kill_ps": [f"{t}s" for t in times]}
-
 
 KIND = Kill(
     name="kill", summary="SIGKILL of the target",
