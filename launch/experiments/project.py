@@ -38,7 +38,9 @@ import numpy as np
 
 from psmodes.atomic import write_text_atomic
 from psmodes.config import ConfigError, parse_duration
+from psmodes.failure_process import parse_all
 
+from ..analysis.collect import collect
 from ..analysis.lazy import frame, pyplot
 from ..analysis.projection import PUBLISHED_GPU_MTTF_H, Recovery, Target, project, young_daly_s
 
@@ -186,10 +188,6 @@ def validate(m: Measured, runs_dir: Path, seed: int = 0) -> list[dict]:
     """Each configuration of measured runs with --failures at the PS (the MTBF study): its ETTR as
     measured (mean and 95 % interval over its seeds) beside the simulation's for the same failure
     process over a run of the same length, fed with this machine's perf measurement."""
-    from psmodes.failure_process import parse_all
-
-    from ..analysis.collect import collect
-
     _, aggs = collect(runs_dir)
     rows = []
     for agg in aggs:
