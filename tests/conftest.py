@@ -69,6 +69,10 @@ def psbench(*args: str, timeout: float = 600, env: dict | None = None) -> subpro
 # recorded it as it should (summary "crashes"); a test of something else runs again once, with a
 # warning in the test report, and must pass then
 OPEN_MPI_CRASH = "ompi_comm_revoke_local"
+# the other Open MPI 5.0.11 crash seen in the suite: a survivor's SIGSEGV inside ULFM's agreement during the
+# repair's shrink (docs/openmpi.md, item 9; test_workloads' resnet18 run, 2026-12-06: the dead worker ends
+# the run until elastic workers)
+OPEN_MPI_CRASHES = (OPEN_MPI_CRASH, "mca_coll_ftagree_era")
 
 
 def run_ok(tmp_path: Path, *args: str, name: str = "run", expect_complete: bool = True, timeout: float = 600,
@@ -102,7 +106,7 @@ def open_mpi_crashed(out: Path) -> bool:
         log = (out / "mpirun.log").read_text(errors="replace")
     except (OSError, ValueError):
         return False
-    return not summary.get("completed") and bool(summary.get("crashes")) and OPEN_MPI_CRASH in log
+    return not summary.get("completed") and bool(summary.get("crashes")) and any(c in log for c in OPEN_MPI_CRASHES)
 
 
 AGREEMENT_NAME_REUSED = "due to cycling of identifiers"

@@ -63,6 +63,8 @@ class Injector:
         self.fencing: dict[tuple[int, str], dict] = {}  # remote fences on their way
         self.watches: dict[str, HostWatch] = {}  # heartbeats of the other hosts (launch/driver/reachability.py)
         self.suspicions: list[dict] = []  # every suspicion seen: a suspect that raised one itself is blocked
+        self.blocked: list[tuple[dict, dict]] = []  # (the suspect's own suspicion, the one refused for it)
+        self.reopened: list[dict] = []  # refused for a suspicion that turned out to come from a cut-off host
 
     def watch_hosts(self, hosts) -> None:
         """Start the heartbeats of the run's other hosts: a suspicion they raise is judged by them."""
@@ -100,7 +102,8 @@ class Injector:
         if suspect.get("pid") is None:
             return
         blocked_on = self._waiting_itself(suspect)
-        self.suspicions.append(suspect)
+        if not any(s is suspect for s in self.suspicions):  # a reopened one is there already
+            self.suspicions.append(suspect)
         key = (suspect["pid"], suspect["host"])
         if (key in {(f["pid"], f["host"]) for f in self.fenced} or key in self.fencing
                 or (key in self.killed and not self._hung(key))):
@@ -110,6 +113,7 @@ class Injector:
                           by_host=suspect.get("by_host"), t_suspect=suspect.get("t_suspect"),
                           reason=f"the suspect was itself waiting for {blocked_on.get('role')} "
                                  f"({blocked_on.get('what')}), whom it suspected: blocked, not hung")
+            self.blocked.append((blocked_on, suspect))
             return
         self.fencing[key] = {"suspect": suspect, "attempt": 0, "proc": None, "t": None, "retry_at": 0.0,
                              "probe": None}
@@ -131,7 +135,7 @@ class Injector:
         replica), and the peer is the one to fence (psmodes/suspicion.py ``delivery_wait_s``)."""
         t1 = float(suspect.get("t_suspect") or suspect["t"])
         t0 = t1 - float(suspect.get("waited_s") or 0.0)
-        return next((s for s in self.suspicions if s.get("by") == suspect.get("role")
+        return next((s for s in self.suspicions if not s.get("cut_off") and s.get("by") == suspect.get("role")
                      and s.get("by_host") == suspect.get("host")
                      and t0 <= float(s.get("t_suspect") or s["t"]) <= t1 + BLOCKED_MARGIN_S), None)
 
@@ -193,7 +197,7 @@ class Injector:
             f["probe"] = None
             return True
         self._refused(key, f"the suspecting rank's host {f['suspect'].get('by_host')} did not answer within "
-                           f"{FENCE_PROBE_S:g} s: it is the one cut off")
+                           f"{FENCE_PROBE_S:g} s: it is the one cut off", cut_off=True)
         return False
 
     def _reachable_then(self, key, f: dict) -> bool:
@@ -211,13 +215,21 @@ class Injector:
         self._refused(key, f"the suspecting rank's host {suspect.get('by_host')} was cut off from this launcher "
                            "while it waited" if verdict else
                            f"the suspecting rank's host {suspect.get('by_host')} sent no heartbeat within "
-                           f"{FENCE_PROBE_S:g} s: it is the one cut off")
+                           f"{FENCE_PROBE_S:g} s: it is the one cut off", cut_off=True)
         return False
 
-    def _refused(self, key, reason: str) -> None:
+    def _refused(self, key, reason: str, cut_off: bool = False) -> None:
         suspect = self.fencing.pop(key)["suspect"]
         self.log.emit("fence_refused", pid=key[0], host=key[1], role=suspect.get("role"), by=suspect.get("who"),
                       by_host=suspect.get("by_host"), t_suspect=suspect.get("t_suspect"), reason=reason)
+        if cut_off:
+            # A suspicion raised on the side that was cut off shields nobody: a head cut off with its host
+            # suspects its replica, and the leader's suspicion of that head, refused meanwhile as "blocked,
+            # not hung" (the head's verdict was still pending), is decided again without it (test_netns:
+            # nodeb cut off for 5 s; the head was never fenced and the cut-off side kept the chain).
+            suspect["cut_off"] = True
+            self.reopened += [s for b, s in self.blocked if b is suspect]  # decided at the next poll
+            self.blocked = [(b, s) for b, s in self.blocked if b is not suspect]
 
     def _fenced(self, key, how: dict) -> None:
         f = self.fencing.pop(key)
@@ -237,6 +249,8 @@ class Injector:
         most the next due fault."""
         self._reap()
         self._advance_fences()
+        while self.reopened:
+            self.fence(self.reopened.pop(0))
         if not self.points:
             return
         point = self.points[0]
