@@ -43,6 +43,8 @@ FENCER_ENV = "PSBENCH_FENCER"  # "launcher": psbench's launcher fences (launch/d
 # replica, the leader waiting for the head. Suspected, they were fenced one after the other (seen in
 # the hang matrix: hybrid, R=2, the live middle replica fenced). No suspicion counts within this.
 COLD_START_S = 10.0
+# A beacon this silent is a stopped process, not a slow beat (psmodes/beacon.py beats every 0.5 s)
+HUNG_SILENCE_S = 1.2
 
 
 def delivery_wait_s(suspect_after_s: float, position: int, chain_length: int) -> float:
@@ -59,11 +61,16 @@ def delivery_wait_s(suspect_after_s: float, position: int, chain_length: int) ->
 class Suspicion:
     """One wait on ``peer`` (a rank of the current world); :meth:`check` is called between polls."""
 
-    def __init__(self, ctx, peer: int, what: str, after_s: float | None = None, silent_only: bool = False) -> None:
+    def __init__(self, ctx, peer: int, what: str, after_s: float | None = None, silent_only: bool = False,
+                 route: tuple[int, ...] = ()) -> None:
         """``silent_only``: the wait may be long for a live peer (the evaluator scoring a snapshot): the
-        peer is suspected only once its beacon has been silent that long too (psmodes/beacon.py)."""
+        peer is suspected only once its beacon has been silent that long too (psmodes/beacon.py).
+        ``route``: the ranks before ``peer`` that the answer passes through (the chain's replicas before
+        the tail, for its acknowledgement): the first whose beacon has stopped is the one suspected, and
+        while none has, the peer a little after the deadline (:meth:`_on_route`)."""
         self.ctx, self.what = ctx, what
         self.silent_only = silent_only
+        self.route = tuple(ctx.cluster.roles[r].label for r in route)
         self.role = ctx.cluster.roles[peer].label
         self.after_s = ctx.cfg.suspect_after_s if after_s is None else after_s
         self.t0 = time.monotonic()
@@ -115,8 +122,31 @@ class Suspicion:
             silent = beacon.silent_for(self.ctx.cfg.run_dir, info["host"], info["pid"])
             if silent is not None and silent < self.after_s:
                 return  # busy, not hung: its beacon goes on
+        role = self.role
+        if self.route:
+            role, info = self._on_route(info)
+            if role is None:
+                return
         self.fired = True
-        suspect(self.ctx, self.role, self.what, time.monotonic() - self.t0, info)
+        suspect(self.ctx, role, self.what, time.monotonic() - self.t0, info)
+
+    def _on_route(self, info: dict | None) -> tuple[str | None, dict | None]:
+        """Whom a missing answer that passes through ``route`` blames: the first member on it whose
+        beacon has stopped; the peer itself if its own has, or HUNG_SILENCE_S past the deadline with every
+        beacon going on (a live process that does not answer). Over TCP between two hosts, a hung middle
+        replica's socket took the head's whole state, so the head's wait for its delivery ended, and the
+        tail was suspected for the acknowledgement of a state it never got: the live tail was fenced
+        (psbench chaos over two hosts, chain K=1 R=2, seed 46, trial-009)."""
+        run_dir = self.ctx.cfg.run_dir
+        for role in self.route:
+            held = read_pid_file(run_dir, role)
+            if held is not None and (beacon.silent_for(run_dir, held["host"], held["pid"]) or 0.0) >= HUNG_SILENCE_S:
+                return role, held
+        if info is not None and (beacon.silent_for(run_dir, info["host"], info["pid"]) or 0.0) >= HUNG_SILENCE_S:
+            return self.role, info
+        if time.monotonic() - self.armed_at >= self.after_s + HUNG_SILENCE_S:  # a member hung late shows by then
+            return self.role, info
+        return None, None
 
 
 def suspect_the_silent(ctx, what: str, waited_s: float, suspected: set) -> None:

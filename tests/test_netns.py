@@ -134,6 +134,20 @@ def test_a_short_partition_fences_nothing_on_the_host_never_cut_off(two_hosts, t
     assert not [f for f in s["faults"] if not f["planned"] and f["host"] == "nodea"], s["faults"]
 
 
+def test_a_hung_middle_replica_is_fenced_not_the_tail_behind_it(two_hosts, tmp_path):
+    """The head on nodeb, a strict chain of two replicas on nodea, replica1 hung. Over TCP the hung
+    replica's socket took the head's whole state, the head waited for the tail's acknowledgement instead,
+    and the live tail was fenced (psbench chaos, two hosts, seed 46, chain trial-009). The head blames the
+    first member on the acknowledgement's route whose beacon has stopped."""
+    s = run_on_nodea(two_hosts, tmp_path / "run", "--no-evaluator", "--mode", "chain", "--replicas", "2",
+                     "--replicate-every", "1", "--duration", "12s", "--hang-replica", "5s@replica1",
+                     "--restart-delay", "0", "--hosts", "nodea:6,nodeb:1", timeout=240)
+    out = tmp_path / "run"
+    (hang,) = [e for e in events(out, "hang") if e["role"] == "replica1"]
+    fenced = [(f["role"], f["pid"]) for f in events(out, "fence")]
+    assert fenced == [("replica1", hang["pid"])], fenced
+    assert not [f for f in s["faults"] if not f["planned"]], s["faults"]
+
 @pytest.mark.slow
 def test_a_remote_hang_script_ends_with_the_run(two_hosts, tmp_path):
     """A timed hang longer than the run on nodeb: the hung PS is fenced and the run ends, and the hang's

@@ -581,6 +581,7 @@ def cmd_chaos(a: argparse.Namespace) -> int:
                                + [f"replica:{k}" for k in cfg.kill_replica]
                                + [f"hang:{h}" for h in cfg.hang_ps] + [f"replica-hang:{h}" for h in cfg.hang_replica]
                                + [f"slow:{x}" for x in cfg.slow_ps]
+                               + [f"partition:{x}" for x in cfg.partition_ps]
                                + [f"outside:{t:g}s" for t in trial.outside])
             verdict = "ok" if not bad else f"{len(bad)} VIOLATION(S): " + "; ".join(bad)
             spares = "job-restart" if cfg.recovery == "job-restart" else \

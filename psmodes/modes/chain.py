@@ -139,7 +139,8 @@ def replicate(server, wait_ack: bool, ack: bool | None = None, fresh: bool = Fal
                 watch=ctx.death_watch(), suspect=delivery, quiet_until=quiet_until)
         if delivery is not None:
             delivery.done()
-        suspect = None if fresh else Suspicion(ctx, c.replicas[-1], "the chain's acknowledgement", after)
+        suspect = None if fresh else Suspicion(ctx, c.replicas[-1], "the chain's acknowledgement", after,
+                                               route=tuple(c.replicas[:-1]))
         ack, _ = tp.recv(c.world, MPI.ANY_SOURCE, tp.TAG_ACK, ctx.peer_timeout, "tail acknowledges", Ack,
                          on_idle=ctx.idle, suspect=suspect, quiet_until=quiet_until)
         if not fresh:
