@@ -138,12 +138,9 @@ class Suspicion:
         tail was suspected for the acknowledgement of a state it never got: the live tail was fenced
         (psbench chaos over two hosts, chain K=1 R=2, seed 46, trial-009)."""
         run_dir = self.ctx.cfg.run_dir
-        for role in self.route:
-            held = read_pid_file(run_dir, role)
+        for role, held in [(r, read_pid_file(run_dir, r)) for r in self.route] + [(self.role, info)]:
             if held is not None and (beacon.silent_for(run_dir, held["host"], held["pid"]) or 0.0) >= HUNG_SILENCE_S:
                 return role, held
-        if info is not None and (beacon.silent_for(run_dir, info["host"], info["pid"]) or 0.0) >= HUNG_SILENCE_S:
-            return self.role, info
         if time.monotonic() - self.armed_at >= self.after_s + HUNG_SILENCE_S:  # a member hung late shows by then
             return self.role, info
         return None, None

@@ -133,7 +133,6 @@ def test_fault_invariants_catch_violations(tmp_path, summary_kw, needle):
     assert any("pid 99" in b and "not a failure" in b for b in unrecorded), unrecorded
 
 
-
 def test_an_outside_kill_that_lands_on_a_process_the_launcher_fenced_first_is_not_counted(tmp_path):
     """chaos seed 46, checkpoint trial-035: the outside killer's SIGKILL landed between the fence's SIGKILL
     of a hung PS and its death, and counted as a death from outside the run could not have seen."""
@@ -147,6 +146,7 @@ def test_an_outside_kill_that_lands_on_a_process_the_launcher_fenced_first_is_no
     assert launcher_killed_first(tmp_path, 41, 100.01, wait_s=0)
     assert not launcher_killed_first(tmp_path, 41, 99.9, wait_s=0)  # ours came first: a death from outside
     assert not launcher_killed_first(tmp_path, 42, 100.01, wait_s=0)
+
 
 def test_invariants_catch_a_torn_checkpoint_and_a_missing_summary(tmp_path):
     from launch.experiments.chaos import check_trial

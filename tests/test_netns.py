@@ -148,6 +148,7 @@ def test_a_hung_middle_replica_is_fenced_not_the_tail_behind_it(two_hosts, tmp_p
     assert fenced == [("replica1", hang["pid"])], fenced
     assert not [f for f in s["faults"] if not f["planned"]], s["faults"]
 
+
 @pytest.mark.slow
 def test_a_remote_hang_script_ends_with_the_run(two_hosts, tmp_path):
     """A timed hang longer than the run on nodeb: the hung PS is fenced and the run ends, and the hang's

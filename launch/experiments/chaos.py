@@ -306,10 +306,9 @@ class OutsideKiller(threading.Thread):
                 info = read_pid_file(self.run_dir, "ps")
                 if time.time() >= t0 + at and info and info["pid"] not in self.killed and _alive(info["pid"]):
                     os.kill(int(info["pid"]), signal.SIGKILL)
-                    t_kill = time.time()
-                    if launcher_killed_first(self.run_dir, int(info["pid"]), t_kill):
-                        break  # ours hit a process the launcher had just fenced: no death from outside
-                    self.killed.append(int(info["pid"]))
+                    # ours may hit a process the launcher had just fenced: then no death from outside
+                    if not launcher_killed_first(self.run_dir, int(info["pid"]), time.time()):
+                        self.killed.append(int(info["pid"]))
                     break
 
 
