@@ -118,15 +118,18 @@ class Allreducer:
             sleep = min(sleep * 2, tp.SHORT_POLL)
         hvd.synchronize(handle)
 
-    def average_(self, tensor: torch.Tensor, timeout: float, name: str = "psbench.grad") -> None:
-        """Average ``tensor`` over the workers in place; ``name``: Horovod's, one per tensor shape."""
+    def average_(self, tensor: torch.Tensor, timeout: float, name: str = "psbench.grad",
+                 watch: MPI.Request | None = None) -> None:
+        """Average ``tensor`` over the workers in place; ``name``: Horovod's, one per tensor shape;
+        ``watch`` (``--allreduce mpi``): a death watch on the workers' group, so that a member's death
+        ends the wait at once (psmodes/elastic.py)."""
         t0 = time.perf_counter()
         try:
-            self._average(tensor, timeout, name)
+            self._average(tensor, timeout, name, watch)
         finally:
             self.last_s = time.perf_counter() - t0
 
-    def _average(self, tensor: torch.Tensor, timeout: float, name: str) -> None:
+    def _average(self, tensor: torch.Tensor, timeout: float, name: str, watch: MPI.Request | None) -> None:
         if self.size == 1:
             return
         if self.kind == "horovod":
@@ -134,7 +137,7 @@ class Allreducer:
             self._poll(handle, time.monotonic() + timeout, timeout)
         else:
             req = self.comm.Iallreduce(MPI.IN_PLACE, tensor.numpy(), op=MPI.SUM)
-            tp.wait(req, timeout, "MPI allreduce")
+            tp.wait(req, timeout, "MPI allreduce", watch=watch)
             tensor.div_(self.size)
 
     def close(self) -> None:

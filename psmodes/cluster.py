@@ -120,16 +120,15 @@ class Cluster:
 
     def known_failed(self) -> list[int]:
         """Ranks of the world that this process knows to have failed (a local call)."""
-        try:
-            group = self.world.Get_failed()
-            ranks = MPI.Group.Translate_ranks(group, list(range(group.Get_size())), self.world.Get_group())
-        except (MPI.Exception, NotImplementedError, AttributeError):
-            return []
-        return [r for r in ranks if r is not None and r >= 0]
+        return transport.failed_ranks(self.world)
 
     def missing(self, full: list[Role]) -> list[Role]:
+        """The roles of ``full`` no member holds, but workers: a lost worker is not replaced yet (the
+        group goes on without it: psmodes/elastic.py). Spawned, it had no workers' communicator to
+        join (seen: a worker that died in the same repair as the PS was respawned, and stopped with
+        AttributeError on its missing communicator)."""
         have = set(self.roles)
-        return [role for role in full if role not in have]
+        return [role for role in full if role not in have and role.kind != "worker"]
 
     def respawn(self, missing: list[Role], run_dir: str, spawned=None) -> tuple[list[Role], list[Role]]:
         """Collective over the survivors: give the missing roles to the spares, start one

@@ -302,6 +302,9 @@ class RunConfig:
     refill_spares: bool = option(False, "--refill-spares", "with --spares: once training runs again after spares "
                                  "took roles, spawn new ones (training waits for their MPI_Init; their set-up "
                                  "runs meanwhile)", group="recovery")
+    min_workers: int = option(1, "--min-workers", "a worker's death is survived (sync, --allreduce mpi, --exchange "
+                              "blocking; not the leader's yet: psmodes/elastic.py) while at least N workers are "
+                              "left; below, the run ends cleanly", group="recovery", check=positive_int)
     replay: str = option("paper", "--replay", f"stateless mode: {', '.join(REPLAY_POLICIES)}", group="recovery",
                          check=one_of(REPLAY_POLICIES, "replay policy"))
     max_buffered: int = option(256, "--max-buffered", "stateless, replay sequential or staleness: gradients kept "
@@ -315,8 +318,9 @@ class RunConfig:
                                 "of --duration (33%%) or a PS step (step:800)", group="faults", metavar="AT[,AT...]")
     kill_replica: list[str] = option([], "--kill-replica", "chain, hybrid: SIGKILL the tail replica (AT@replicaN: "
                                      "replica N of the chain)", group="faults", metavar="AT[@replicaN][,...]")
-    kill_worker: list[str] = option([], "--kill-worker", "SIGKILL the last worker (the worker group is fixed: the "
-                                    "run ends cleanly)", group="faults", metavar="AT")
+    kill_worker: list[str] = option([], "--kill-worker", "SIGKILL the last worker (survived down to --min-workers "
+                                    "where psmodes/elastic.py says so, else the run ends cleanly)", group="faults",
+                                    metavar="AT")
     kill_node: list[str] = option([], "--kill-node", "lose the PS's host at AT: SIGKILL every rank there at once "
                                   "(PS, replicas, evaluator, spares; workers there end the run) and that host's "
                                   "Open MPI daemon", group="faults", metavar="AT[,AT...]")
@@ -476,6 +480,8 @@ class RunConfig:
             raise ConfigError("--exchange pipelined needs --consistency sync and plain SGD (--optimizer sgd, no "
                               "--momentum): the workers go on with the update they apply themselves, which "
                               "needs no optimizer state")
+        if self.min_workers > self.workers:
+            raise ConfigError(f"--min-workers {self.min_workers} is more than --workers {self.workers}")
         if self.steps is None and self.duration_s is None:
             raise ConfigError("say how long to train: --steps N or --duration 60s")
         mode = self.recovery_mode

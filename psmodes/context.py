@@ -20,7 +20,7 @@ from mpi4py import MPI
 
 from benchmarks.registry import get as get_workload
 
-from . import killpoints, modes, transport
+from . import elastic, killpoints, modes, transport
 from .background import Background
 from .cluster import Cluster, fill_from_spares, full_layout, initial_layout
 from .config import RunConfig
@@ -122,22 +122,26 @@ class Context:
         """Drop the dead from the world (every survivor takes part); RunFailed when the run cannot go on.
         ``t_detect``: when the death was known, if before now."""
         t_detect = t_detect or time.time()
-        workers = [r.label for r in self.failed_roles() if r.kind == "worker"]
-        if workers:
-            # the worker group is fixed (no elastic workers): a dead worker ends the run. Said before
-            # the shrink, which would wait for workers that may be blocked in their allreduce
-            self.log.emit(Ev.DETECT, via=via, error=str(exc), t_detect=t_detect, dead=workers,
+        workers = [r for r in self.failed_roles() if r.kind == "worker"]
+        left = sum(r.kind == "worker" for r in self.cluster.roles) - len(workers)
+        if (reason := elastic.why_the_run_ends(self.cfg, workers, left)) is not None:
+            # said before the shrink, which would wait for workers that may be blocked in their allreduce
+            self.log.emit(Ev.DETECT, via=via, error=str(exc), t_detect=t_detect, dead=[r.label for r in workers],
                           role=self.cluster.me.label, rank=self.cluster.rank)
-            raise RunFailed(f"{', '.join(workers)} died ({exc}); the worker group is fixed, so the run ends")
+            raise RunFailed(f"{reason} ({exc})")
         pending, self.open_suspicion = getattr(self, "open_suspicion", None), None
         timer = pending.through_repair() if pending is not None else None  # a hung peer blocks the shrink
         try:
-            dead = self._watched_shrink()
+            dead = self.watched(self.cluster.shrink, "shrink")
         finally:
             if timer is not None:
                 timer.cancel()
         self.log.emit(Ev.DETECT, via=via, error=str(exc), t_detect=t_detect,
                       dead=[r.label for r in dead], role=self.cluster.me.label, rank=self.cluster.rank)
+        # a worker that died in the shrink itself (known to nobody before it)
+        lost = [r for r in dead if r.kind == "worker"]
+        if (reason := elastic.why_the_run_ends(self.cfg, lost, sum(r.kind == "worker" for r in self.cluster.roles))):
+            raise RunFailed(f"{reason} ({exc})")
         self.mode.on_shrink(self.cluster, dead)  # RunFailed when no copy of the PS state survives
         if self.cluster.leader is None:
             # not known failed before the shrink: the workers had finished and left the job (a PS
@@ -339,8 +343,9 @@ class Context:
             pass
         return bool(self.cluster.known_failed())
 
-    def _watched_shrink(self) -> list:
-        """The repair's shrink, watched from a thread of its own: once it has waited ``--suspect-after``,
+    def watched(self, shrink, what: str):
+        """A repair's shrink (the world's, or the workers' group's: psmodes/elastic.py), watched from a
+        thread of its own: once it has waited ``--suspect-after``,
         each member whose beacon went silent is suspected, once (a hung evaluator or spare, which no
         other wait finds: every survivor sat in the shrink until the watchdog); past the outage
         timeout the process records why and leaves. The shrink itself stays on this thread: run on a
@@ -352,14 +357,14 @@ class Context:
             while not stop.wait(1.0):
                 waited = time.monotonic() - t0
                 if self.cfg.suspect_after_s and waited >= self.cfg.suspect_after_s:
-                    suspect_the_silent(self, "the repair's shrink (a member that never joined)", waited, suspected)
+                    suspect_the_silent(self, f"the repair's {what} (a member that never joined)", waited, suspected)
                 if waited >= self.outage_timeout:
-                    self.log.emit(Ev.FAILED, reason=f"PeerTimeout: shrink: not done in {self.outage_timeout:.0f} s")
+                    self.log.emit(Ev.FAILED, reason=f"PeerTimeout: {what}: not done in {self.outage_timeout:.0f} s")
                     os._exit(3)
 
         threading.Thread(target=watch, name="shrink-watch", daemon=True).start()
         try:
-            return self.cluster.shrink()
+            return shrink()
         finally:
             stop.set()
 

@@ -56,6 +56,8 @@ class Ev(StrEnum):
     HANDOVER = "handover"              # stateless: buffered, dropped, policy, vectors, seconds
     CATCH_UP = "catch_up"              # hybrid: the leader's kept gradients sent to a promoted head: vectors, seconds
     RECOVERED = "recovered"            # the outage (psmodes.outage.Outage.recovered)
+    REGROUPED = "regrouped"            # the leader: the workers' group made again without the dead (psmodes.elastic):
+                                       # workers, lost, size, seconds (the leader's detection to the new group)
     # the evaluator
     EVAL = "eval"                      # ps_step, value, metric, final, t_snapshot, samples, eval_s
     # the launcher

@@ -39,7 +39,8 @@ KEEP, RECEIVE, APPLY = 0, 1, 2  # keep it; take the leader's broadcast; apply th
 # Control.stop
 RUNNING, DONE, FAILED = 0, 1, 2
 # Control.action: the repair step every worker takes together
-ACT_NONE, ACT_SHRINK, ACT_SPAWN, ACT_REFILL = 0, 1, 2, 3
+# (ACT_REGROUP: a worker died; every survivor shrinks and the workers make their group again: psmodes/elastic.py)
+ACT_NONE, ACT_SHRINK, ACT_SPAWN, ACT_REFILL, ACT_REGROUP = 0, 1, 2, 3, 4
 # Announce.action: respawn the missing roles, or (--refill-spares) the spares used up
 ACTION_NONE, ACTION_SPAWN, ACTION_REFILL = 0, 1, 2
 
@@ -208,7 +209,7 @@ class Control(Message):
     weights: int = KEEP     # KEEP | RECEIVE | APPLY
     version: int = -1
     stop: int = RUNNING     # RUNNING | DONE | FAILED
-    action: int = ACT_NONE  # ACT_NONE | ACT_SHRINK | ACT_SPAWN | ACT_REFILL
+    action: int = ACT_NONE  # ACT_NONE | ACT_SHRINK | ACT_SPAWN | ACT_REFILL | ACT_REGROUP
     compute: bool = False   # compute a gradient in the next step
     t0_ms: int = 0
     reuse: bool = False     # instead, send the gradient every worker holds (pipelined: computed before a

@@ -358,6 +358,16 @@ class PostedSends:
         return self._reqs
 
 
+def failed_ranks(comm: MPI.Comm) -> list[int]:
+    """Ranks of ``comm`` that this process knows to have failed (a local call)."""
+    try:
+        group = comm.Get_failed()
+        ranks = MPI.Group.Translate_ranks(group, list(range(group.Get_size())), comm.Get_group())
+    except (MPI.Exception, NotImplementedError, AttributeError):
+        return []
+    return [r for r in ranks if r is not None and r >= 0]
+
+
 class DeathWatch:
     """An ANY_SOURCE receive on :data:`TAG_SENTINEL`, which nobody sends, on the current world.
 

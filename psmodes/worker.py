@@ -38,7 +38,7 @@ from mpi4py import MPI
 
 from benchmarks.registry import shard_batches
 
-from . import transport as tp
+from . import elastic, transport as tp
 from .allreduce import Allreducer
 from .background import Background
 from .mailbox import Mailbox
@@ -51,6 +51,7 @@ from .flatparams import FlatParams, digest
 from .messages import (
     ACT_NONE,
     ACT_REFILL,
+    ACT_REGROUP,
     ACT_SHRINK,
     ACT_SPAWN,
     ACTION_NONE,
@@ -174,6 +175,14 @@ class Worker:
         self.repair_kind = ""
         self.ready_buf = np.zeros(HEADER_LEN, dtype=np.int64)
         self.samples_per_step = ctx.batch_size * cfg.workers
+        # elastic workers (psmodes/elastic.py): a death in the workers' group (its own watch: a PS's death is
+        # the leader's to find) voids the group's operations until the leader has every survivor regroup
+        self.elastic = elastic.survivable(cfg)
+        self.group = [r.index for r in ctx.cluster.roles if r.kind == "worker"]  # the workers in self.comm
+        self.group_watch = tp.DeathWatch()
+        self.group_broken: tp.PeerFailed | None = None
+        self.regroups = 0
+        self.t_group_lost = 0.0
         self.last_loss = float("nan")
         self.ctrl_waits = deque(maxlen=100_000)  # per step: the compute's end to the control header (see run)
         write_pid_file(ctx, f"worker{self.index}")  # --kill-worker finds it here
@@ -220,13 +229,75 @@ class Worker:
         else:
             if self.grad_host is not self.flat.grads:
                 self.grad_host.copy_(self.flat.grads)
-            self.allreducer.average_(self.grad_host, self.ctx.peer_timeout)
+            self._in_group(lambda watch: self.allreducer.average_(self.grad_host, self.ctx.peer_timeout, watch=watch))
         self.last_loss = loss.item()
         return time.perf_counter() - t0
 
     def _bcast(self, buf: np.ndarray, what: str, timeout: float) -> None:
         req = self.ctrl_comm.Ibcast(buf, root=0)
-        tp.wait(req, timeout, what)
+        self._in_group(lambda watch: tp.wait(req, timeout, what, watch=watch))
+
+    # ---- elastic workers (psmodes/elastic.py)
+    def _in_group(self, op) -> None:
+        """Run the workers' group operation ``op(watch)``; in an elastic run, a death in the group voids it
+        (and every later one) until the regroup. Sending and receiving whatever the group computed from then
+        on would mix survivors that finished an operation with those that gave it up."""
+        if not self.elastic:
+            op(None)
+            return
+        if self.group_broken is not None:
+            return
+        try:
+            op(self.group_watch.request(self.comm))
+        except tp.PeerFailed as exc:
+            self.group_broken = exc
+            self.t_group_lost = self.t_group_lost or time.perf_counter()
+
+    def _a_worker_died(self) -> bool:
+        """Elastic, the leader: whether the death that ended a wait was a worker's (not the PS's)."""
+        if not self.elastic:
+            return False
+        failed = self.ctx.failed_roles()
+        return any(r.kind == "worker" for r in failed) and not any(r.kind == "ps" for r in failed)
+
+    def _workers_lost(self, exc: tp.PeerFailed) -> None:
+        """The leader: a worker died. The step's update is void (KEEP); every survivor regroups. A gradient
+        the PS may have taken is pending: the Hello after the regroup reconciles it (applied once)."""
+        self.t_group_lost = self.t_group_lost or time.perf_counter()
+        self.in_flight = None  # pending now if its send completed (the Hello re-sends it)
+        lost = [r.label for r in self.ctx.failed_roles() if r.kind == "worker"]
+        self.ctx.log.emit(Ev.DETECT, via="leader", error=str(exc), t_detect=time.time(), dead=lost,
+                          version=self.version, role="worker0")
+        if self.outage is None:  # the group's outage, to the first update after the regroup (RECOVERED)
+            self.outage = Outage(t_start=time.time(), t_detect=time.time(), version=self.version)
+        self._set_ctrl(KEEP, action=ACT_REGROUP)
+
+    def _group_changed(self) -> bool:
+        return self.group != [r.index for r in self.ctx.cluster.roles if r.kind == "worker"]
+
+    def _regroup(self) -> None:
+        """Every surviving worker, after the world's shrink: shrink the workers' communicator too, and go on
+        over it (psbench's MPI allreduce; the data re-sharded over the survivors, a fresh shuffle)."""
+        ctx = self.ctx
+        comm = ctx.watched(lambda: tp.call(self.comm.Shrink, "shrink the workers' group"), "workers' shrink")
+        comm.Set_errhandler(MPI.ERRORS_RETURN)
+        lost = sorted(set(self.group) - {r.index for r in ctx.cluster.roles if r.kind == "worker"})
+        self.comm, self.ctrl_comm = comm, comm.Dup()
+        self.ctrl_comm.Set_errhandler(MPI.ERRORS_RETURN)
+        self.allreducer = Allreducer(ctx.cfg.allreduce, comm, ctx.device)
+        self.group = [r.index for r in ctx.cluster.roles if r.kind == "worker"]
+        self.group_watch, self.group_broken = tp.DeathWatch(), None
+        self.regroups += 1
+        rank, size = comm.Get_rank(), comm.Get_size()
+        if size != len(self.group):
+            raise ProtocolError(f"the workers' group shrank to {size}, the world holds {len(self.group)} workers")
+        self.batches = shard_batches(len(self.y), rank, size, ctx.batch_size, ctx.cfg.seed + 7919 * self.regroups)
+        self.samples_per_step = ctx.batch_size * size
+        if self.leader:
+            ctx.log.emit(Ev.REGROUPED, workers=[f"worker{i}" for i in self.group],
+                         lost=[f"worker{i}" for i in lost], size=size,
+                         seconds=round(time.perf_counter() - self.t_group_lost, 4) if self.t_group_lost else None)
+        self.t_group_lost = 0.0
 
     def _send_ctrl(self, ctrl: Control) -> list:
         """The leader posts the header ``ctrl`` to every other worker (its buffer is untouched until _sync_ctrl)."""
@@ -243,6 +314,9 @@ class Worker:
             self.early_sent = None
             if sent != self.ctrl:
                 raise ProtocolError(f"the control header sent early ({sent}) is not this step's ({self.ctrl})")
+        elif self.leader and self.elastic:
+            self._send_ctrl_elastic()
+            return self.ctrl
         elif self.leader:
             reqs = self._send_ctrl(self.ctrl)
         else:
@@ -251,6 +325,21 @@ class Worker:
         if not self.leader:
             self.ctrl = Control.from_header(self.ctrl_buf)
         return self.ctrl
+
+    def _send_ctrl_elastic(self) -> None:
+        """The leader's header in an elastic run: a send that fails is a worker's death (the others have the
+        header); a regroup's header goes to the workers not known dead, and their failures are expected."""
+        self.ctrl_buf[:] = self.ctrl.to_header()
+        comm, timeout = self.ctrl_comm, self.ctx.outage_timeout
+        dead = set(tp.failed_ranks(comm)) if self.ctrl.action == ACT_REGROUP else set()
+        for req in [comm.Isend(self.ctrl_buf, r, tp.TAG_CTRL) for r in range(1, comm.Get_size()) if r not in dead]:
+            if self.ctrl.action == ACT_REGROUP:
+                try:
+                    tp.wait(req, timeout, "control header", poll=tp.SHORT_POLL)
+                except tp.PeerFailed:
+                    pass  # a worker that died: the regroup drops it
+            else:
+                self._in_group(lambda watch, req=req: tp.wait(req, timeout, "control header", poll=tp.SHORT_POLL))
 
     # ---- the loop
     def run(self) -> None:
@@ -269,7 +358,7 @@ class Worker:
             if self.ctrl.reuse:  # the gradient every worker holds was computed on the PS's weights now
                 computed, compute_s = True, 0.0
             else:
-                computed = compute
+                computed = compute and self.group_broken is None  # a broken group computes nothing until regrouped
                 compute_s = self._compute() if compute else 0.0
             t_ctrl = time.perf_counter()
             if self.leader:
@@ -282,13 +371,24 @@ class Worker:
             while action != ACT_NONE:  # again when the PS died during the reconnection
                 t_action = time.perf_counter()
                 self._join_repair()
-                background = self.mode.trains_through_outage and action != ACT_REFILL  # a refill: the PS is up
-                if action == ACT_SHRINK:
+                # a refill and a regroup: the PS is up
+                background = self.mode.trains_through_outage and action not in (ACT_REFILL, ACT_REGROUP)
+                if action == ACT_REGROUP and not self._group_changed():
+                    # the world still holds the dead worker (a PS's repair may have dropped it already)
+                    ctx.after_failure(tp.PeerFailed("the leader reported a worker dead", MPI.ERR_PROC_FAILED),
+                                      via="worker")
+                    if self.leader and self.repair_due is None and not ctx.refill_expected():
+                        # nothing to spawn: complete the survivors' wait for the announcement, a collective
+                        # that would otherwise stand before the final barrier (seen: it waited out its 30 s)
+                        ctx.announce(ACTION_NONE)
+                elif action == ACT_SHRINK:
                     shrink = lambda: ctx.after_failure(  # noqa: E731
                         tp.PeerFailed("leader reported the PS dead", MPI.ERR_PROC_FAILED), via="worker")
                     self._in_background(shrink, "shrink") if background else shrink()
                 elif action in (ACT_SPAWN, ACT_REFILL):
                     self._in_background(ctx.respawn, "respawn") if background else ctx.respawn(action == ACT_REFILL)
+                if not background and self._group_changed():  # a worker died (alone, or in the PS's repair)
+                    self._regroup()
                 # counted now: a reconnection that ends the run reports the outage's idle time at once
                 self._add_idle(time.perf_counter() - t_action)
                 t_action = time.perf_counter()
@@ -325,6 +425,8 @@ class Worker:
         retire_spares(self.ctx, version)
 
     def _take_weights(self) -> None:
+        if self.group_broken is not None:
+            return  # a group operation was given up: this copy is void until the regroup's broadcast
         if self.ctrl.weights == RECEIVE:
             self._bcast(self.weights_in, "weights broadcast", self.ctx.peer_timeout)
         elif self.ctrl.weights == APPLY:  # the PS applied this step's gradient: do the same, bit for bit
@@ -370,6 +472,9 @@ class Worker:
     def _lead(self, computed: bool, compute_s: float) -> None:
         log = self.ctx.log
         now = time.time()
+        if self.group_broken is not None:
+            self._workers_lost(self.group_broken)
+            return
         if self.ps_up:
             t_send = now
             # decided before the exchange: a repair (a respawn, a refill) reconnects with a Hello, which
@@ -382,7 +487,10 @@ class Worker:
                 else:
                     stop, answered = self._exchange(), True
             except tp.PeerFailed as exc:
-                self._ps_lost(exc, t_send, compute_s)
+                if self._a_worker_died():  # the PS went into the repair of a worker's death
+                    self._workers_lost(exc)
+                else:
+                    self._ps_lost(exc, t_send, compute_s)
                 return
             log.emit(Ev.STEP, version=self.version, applied=True, staleness=0, samples=self.samples_per_step,
                      compute_s=round(compute_s, 6), allreduce_s=round(self.allreducer.last_s, 6),

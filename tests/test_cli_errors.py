@@ -57,6 +57,7 @@ def assert_one_line_error(proc, *needles: str) -> None:
     (SYN + ["--spares", "1"], "--mode none does not repair the job"),
     (SYN + ["--mode", "checkpoint", "--spares", "-1"], "--spares"),
     (SYN + ["--mode", "checkpoint", "--refill-spares"], "give --spares N"),
+    (SYN + ["--min-workers", "3"], "--min-workers 3 is more than --workers 2"),
     (SYN + ["--mode", "checkpoint", "--spares", "1", "--refill-spares", "--consistency", "async"],
      "--refill-spares needs --consistency sync"),
 ])

@@ -45,9 +45,32 @@ def test_worker_sigkill_ends_the_run_cleanly_and_promptly(tmp_path, consistency)
     assert len(s["kills"]) == 1 and s["kills"][0]["role"] == "worker1"
     reasons = [f["reason"] for f in s["failures"]]
     assert any("worker1 died" in r for r in reasons), reasons
+    # and says why this run could not go on without it (psmodes/elastic.py)
+    why = "--allreduce mpi" if consistency == "sync" else "elastic async workers are not built yet"
+    assert any(why in r for r in reasons), reasons
     assert "watchdog" not in s["exit_reason"]
     # well before the 60 s of training it was given and the 60 s peer timeout
     assert s["wall_s"] < 40, s["wall_s"]
+    assert not run_processes(out)
+
+
+@pytest.mark.parametrize("mode", ["checkpoint", "stateless"])
+def test_a_dead_worker_is_survived_and_the_ps_death_after_it_too(tmp_path, mode):
+    # elastic workers (psmodes/elastic.py): worker2 dies, the others regroup and train on over psbench's MPI
+    # allreduce; then the PS dies and is repaired with two workers (a synchronous repair, and stateless's
+    # training through the outage), and nobody respawns the lost worker
+    out, s = run_ok(tmp_path, *SYN, "--workers", "3", "--mode", mode, "--allreduce", "mpi", "--exchange", "blocking",
+                    "--duration", "12s", "--kill-worker", "3s", "--kill-ps", "7s")
+    assert [k["role"] for k in s["kills"]] == ["worker2", "ps"]
+    assert [r["fault"] for r in s["recoveries"]] == [0, 1], s["recoveries"]
+    assert s["recoveries"][0]["lost_steps"] == 0  # the gradient the PS may have had is reconciled, applied once
+    regrouped = events(out, "regrouped")
+    assert [(e["who"], e["lost"], e["size"]) for e in regrouped] == [("worker0", ["worker2"], 2)]
+    after = [e for e in events(out, "step", "worker0") if e["t"] > regrouped[0]["t"]]
+    assert after and {e["samples"] for e in after} == {2 * 32}, {e["samples"] for e in after}  # two workers' batches
+    assert not [e for e in events(out, "start") if e["role"] == "worker2" and e.get("generation")]
+    done = {e["who"]: e["digest"] for e in events(out, "done") if "digest" in e}
+    assert done["worker0"] == done["worker1"] == done[next(w for w in done if w.startswith("ps"))], done
     assert not run_processes(out)
 
 
