@@ -77,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     from . import beacon
 
     beacon.start(cfg.run_dir)  # a hung process's beacon goes silent (psmodes/beacon.py)
+    from . import stacks
+
+    stacks.register(cfg.run_dir)  # where it stood, if it is fenced while running (psmodes/stacks.py)
     ctx = Context(cfg, cluster, EventLog(cfg.run_dir, name))
     from .priority import pin_worker
 

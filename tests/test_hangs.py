@@ -247,3 +247,35 @@ def test_a_ps_hung_after_the_last_step_is_continued_and_the_run_ends(tmp_path):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_a_running_suspect_leaves_its_stacks_in_the_fence_event(tmp_path):
+    """The launcher's side without MPI: a fenced process that was running (a stall of psbench's own, not an
+    injected hang) first writes its threads' stacks (psmodes/stacks.py), which the fence event carries; a
+    stopped one is killed at once, with nothing to tell."""
+    import socket
+
+    from launch.driver.injector import Injector
+    from psmodes.events import EventLog
+
+    code = ("import sys, time\nfrom psmodes import stacks\nstacks.register(sys.argv[1])\n"
+            "def stuck_in_a_wait():\n    print('ready', flush=True)\n    time.sleep(60)\nstuck_in_a_wait()\n")
+    running = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE,
+                               text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    stopped = subprocess.Popen(["sleep", "60"])
+    try:
+        assert running.stdout.readline().strip() == "ready"
+        os.kill(stopped.pid, signal.SIGSTOP)
+        inj = Injector(tmp_path, [], EventLog(tmp_path, "launcher"))
+        host, now = socket.gethostname(), time.time()
+        for proc, role in ((running, "ps"), (stopped, "replica1")):
+            inj.fence({"pid": proc.pid, "host": host, "role": role, "who": "worker0", "by": "worker0", "t": now,
+                       "t_suspect": now, "waited_s": 3.0, "what": "a test"})
+        assert running.wait(5) == -signal.SIGKILL and stopped.wait(5) == -signal.SIGKILL
+        fences = {f["pid"]: f for f in inj.fenced}
+        assert "stuck_in_a_wait" in fences[running.pid]["stacks"], fences[running.pid]
+        assert "stacks" not in fences[stopped.pid]
+    finally:
+        for proc in (running, stopped):
+            proc.kill()
+            proc.wait()

@@ -43,7 +43,8 @@ def fault_records(events: list[dict], kill_time, to_launcher) -> list[dict]:
             max(mine, key=lambda r: r["_t"])["_t_fence"] = landed  # fence went to the slow phase, listed after it)
             continue
         began = to_launcher(f.get("t_suspect", f["t"]), f.get("by") or "launcher") - (f.get("waited_s") or 0)
-        rec = record("unplanned", False, began, f, f"suspected by {f.get('by')} ({f.get('what')}) and fenced")
+        rec = record("unplanned", False, began, f, f"suspected by {f.get('by')} ({f.get('what')}) and fenced"
+                     + ("; where it stood: the fence event's stacks" if f.get("stacks") else ""))
         rec["_t_fence"] = kill_time({**f, "t_kill": f.get("t_fence", f["t"])})
         out.append(rec)
     ours = {(e["pid"], _short(e["host"])) for e in by("kill", "launcher") + fences}

@@ -24,6 +24,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from psmodes import stacks
 from psmodes.pidfiles import alive, pid_files, read_pid_file
 
 from ..faultkinds import KINDS, Point
@@ -154,12 +155,16 @@ class Injector:
                 f["attempt"] += 1
                 f["t"] = time.time()
                 if route == "local":
+                    dumped = self._dump_stacks(int(info["pid"]))
                     try:
                         os.kill(int(info["pid"]), signal.SIGKILL)
                     except ProcessLookupError:  # died meanwhile (a suspicion kept through a repair): no fence
                         self._refused(key, "the suspect was dead already")
                         continue
-                    self._fenced(key, {"how": "local"})
+                    how = {"how": "local"}
+                    if dumped:
+                        how["stacks"] = stacks.dump_of(self.run_dir, info["host"], info["pid"])
+                    self._fenced(key, how)
                     continue
                 f["proc"] = subprocess.Popen(kill_command(route, info["host"], info["pid"]), stdout=subprocess.PIPE,
                                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
@@ -182,6 +187,19 @@ class Injector:
             self.log.emit("kill_failed", pid=info["pid"], host=info["host"], role=suspect.get("role"), at="fence",
                           attempt=f["attempt"], error=f"exit {proc.returncode}: {stderr.strip()[-200:]}")
             f["proc"], f["retry_at"] = None, time.monotonic() + FENCE_RETRY_S
+
+    @staticmethod
+    def _dump_stacks(pid: int) -> bool:
+        """A running suspect (not an injected hang: a stall of psbench's own) first writes its threads'
+        stacks (psmodes/stacks.py). Whether it was asked to."""
+        if not stacks.running(pid):
+            return False
+        try:
+            os.kill(pid, stacks.SIGNAL)
+        except ProcessLookupError:
+            return False
+        time.sleep(stacks.DUMP_WAIT_S)
+        return True
 
     def _probed(self, key, f: dict) -> bool:
         """Whether the suspecting rank's host answered: a suspicion from a host that this launcher

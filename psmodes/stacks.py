@@ -1,0 +1,52 @@
+"""Where a running process stood when the launcher fenced it: every rank's Python stacks, on SIGUSR1.
+
+A fenced process that was stopped (an injected hang) has nothing to tell. One that was running was
+suspected because something in psbench stalled, and its events cannot say where: seen in psbench chaos
+over two hosts (chain trial-002), a promoted head answered one Hello and then nothing for 3 s, with no
+event after the Hello. Each rank registers :mod:`faulthandler` for :data:`SIGNAL` (a C-level handler: it
+writes even while the main thread is blocked in an MPI call) into ``<run_dir>/pids/stacks/<host>-<pid>``;
+the launcher sends the signal to a running suspect on its own host, waits :data:`DUMP_WAIT_S`, SIGKILLs
+it and puts the dump in its ``fence`` event (launch/driver/injector.py).
+"""
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+import socket
+from pathlib import Path
+
+SIGNAL = signal.SIGUSR1
+DUMP_WAIT_S = 0.2
+_FILES: list = []  # the open dump files (faulthandler writes to their descriptors)
+
+
+def path_of(run_dir: str | Path, host: str, pid: int) -> Path:
+    return Path(run_dir) / "pids" / "stacks" / f"{host}-{int(pid)}"
+
+
+def register(run_dir: str | Path) -> None:
+    """This process dumps every thread's stack into its file on :data:`SIGNAL`."""
+    path = path_of(run_dir, socket.gethostname(), os.getpid())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fh = open(path, "w")
+    _FILES.append(fh)
+    faulthandler.register(SIGNAL, file=fh, all_threads=True, chain=False)
+
+
+def running(pid: int) -> bool:
+    """Whether a local process is alive and not stopped (``/proc/<pid>/stat`` state)."""
+    try:
+        stat = Path(f"/proc/{int(pid)}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("T", "t", "Z", "X")
+
+
+def dump_of(run_dir: str | Path, host: str, pid: int, limit: int = 4000) -> str | None:
+    """The dump a process wrote, if any (its first ``limit`` characters)."""
+    try:
+        text = path_of(run_dir, host, pid).read_text()[:limit]
+    except OSError:
+        return None
+    return text or None
