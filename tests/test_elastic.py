@@ -1,0 +1,35 @@
+"""Elastic workers' decision (psmodes/elastic.py): which worker deaths a run survives, a pure function of the
+configuration and the roles the shrink agreed on. The real runs are in tests/test_failures.py."""
+from __future__ import annotations
+
+import pytest
+
+from psmodes.config import RunConfig
+from psmodes.elastic import survivable, why_the_run_ends
+from psmodes.roles import Role
+
+ELASTIC = dict(benchmark="synthetic", steps=10, mode="checkpoint", workers=3, allreduce="mpi", exchange="blocking")
+
+
+def cfg(**over) -> RunConfig:
+    return RunConfig(**{**ELASTIC, **over}).validate()
+
+
+def test_a_worker_other_than_the_leader_is_survived_down_to_min_workers():
+    assert survivable(cfg())
+    assert why_the_run_ends(cfg(), [Role("worker", 2)], workers_left=2) is None
+    assert why_the_run_ends(cfg(), [], workers_left=3) is None
+    assert "fewer than --min-workers 3" in why_the_run_ends(cfg(min_workers=3), [Role("worker", 2)], workers_left=2)
+    assert not survivable(cfg(min_workers=3))
+    assert "leader" in why_the_run_ends(cfg(), [Role("worker", 0)], workers_left=2)
+
+
+@pytest.mark.parametrize("over, reason", [
+    (dict(allreduce="horovod"), "--allreduce mpi"),
+    (dict(exchange="pipelined"), "--exchange blocking"),
+    (dict(consistency="async", exchange="auto"), "async workers are not built yet"),
+])
+def test_what_is_not_elastic_yet_ends_the_run_and_says_why(over, reason):
+    why = why_the_run_ends(cfg(**over), [Role("worker", 1)], workers_left=2)
+    assert why.startswith("worker1 died;") and reason in why, why
+    assert not survivable(cfg(**over))
