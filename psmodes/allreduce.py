@@ -94,8 +94,9 @@ class Allreducer:
         b = self.buckets[k]
         b[3] = self.hvd.allreduce_async_(self.flat_grads[b[0]:b[1]], op=self.hvd.Average, name=f"psbench.bucket.{k}")
 
-    def wait_(self, timeout: float) -> None:
-        """Wait for the allreduces the hooks started (:meth:`overlap`)."""
+    def wait_(self, timeout: float, suspect=None) -> None:
+        """Wait for the allreduces the hooks started (:meth:`overlap`); ``suspect``: a
+        :class:`psmodes.suspicion.GroupSuspicion`, checked between polls."""
         t0 = time.perf_counter()
         try:
             deadline = time.monotonic() + timeout
@@ -103,41 +104,45 @@ class Allreducer:
                 if b[3] is None:  # a parameter without a gradient this step: start its bucket now
                     self._launch(k)
             for b in self.buckets:
-                self._poll(b[3], deadline, timeout)
+                self._poll(b[3], deadline, timeout, suspect)
         finally:
             for b, n in zip(self.buckets, self.bucket_sizes):
                 b[2], b[3] = n, None
             self.last_s = time.perf_counter() - t0
 
-    def _poll(self, handle, deadline: float, timeout: float) -> None:
+    def _poll(self, handle, deadline: float, timeout: float, suspect=None) -> None:
         hvd, sleep = self.hvd, 2e-5
         while not hvd.poll(handle):
             if time.monotonic() > deadline:
                 raise tp.PeerTimeout(f"Horovod allreduce: no completion in {timeout:.0f} s")
+            if suspect is not None:
+                suspect.check()
             time.sleep(sleep)
             sleep = min(sleep * 2, tp.SHORT_POLL)
         hvd.synchronize(handle)
 
     def average_(self, tensor: torch.Tensor, timeout: float, name: str = "psbench.grad",
-                 watch: MPI.Request | None = None) -> None:
+                 watch: MPI.Request | None = None, suspect=None) -> None:
         """Average ``tensor`` over the workers in place; ``name``: Horovod's, one per tensor shape;
         ``watch`` (``--allreduce mpi``): a death watch on the workers' group, so that a member's death
-        ends the wait at once (psmodes/elastic.py)."""
+        ends the wait at once (psmodes/elastic.py); ``suspect``: a hung member is suspected
+        (:class:`psmodes.suspicion.GroupSuspicion`)."""
         t0 = time.perf_counter()
         try:
-            self._average(tensor, timeout, name, watch)
+            self._average(tensor, timeout, name, watch, suspect)
         finally:
             self.last_s = time.perf_counter() - t0
 
-    def _average(self, tensor: torch.Tensor, timeout: float, name: str, watch: MPI.Request | None) -> None:
+    def _average(self, tensor: torch.Tensor, timeout: float, name: str, watch: MPI.Request | None,
+                 suspect) -> None:
         if self.size == 1:
             return
         if self.kind == "horovod":
             handle = self.hvd.allreduce_async_(tensor, op=self.hvd.Average, name=name)
-            self._poll(handle, time.monotonic() + timeout, timeout)
+            self._poll(handle, time.monotonic() + timeout, timeout, suspect)
         else:
             req = self.comm.Iallreduce(MPI.IN_PLACE, tensor.numpy(), op=MPI.SUM)
-            tp.wait(req, timeout, "MPI allreduce", watch=watch)
+            tp.wait(req, timeout, "MPI allreduce", watch=watch, suspect=suspect)
             tensor.div_(self.size)
 
     def close(self) -> None:

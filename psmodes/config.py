@@ -329,6 +329,9 @@ class RunConfig:
     hang_replica: list[str] = option([], "--hang-replica", "chain, hybrid: SIGSTOP the tail replica (AT@replicaN: "
                                      "replica N of the chain), like --hang-ps", group="faults",
                                      metavar="AT[~DUR][@replicaN][,...]")
+    hang_worker: list[str] = option([], "--hang-worker", "SIGSTOP the last worker at AT: the other workers suspect it "
+                                    "in their allreduce and it is fenced (then as --kill-worker)", group="faults",
+                                    metavar="AT[,...]")
     slow_ps: list[str] = option([], "--slow-ps", "slow the PS down by --slow-factor for DUR from AT (stopped and "
                                 "continued on a duty cycle), e.g. 30%%~10s", group="faults", metavar="AT~DUR[,...]")
     partition_ps: list[str] = option([], "--partition-ps", "cut the PS's host off the network for DUR from AT (its "
@@ -452,7 +455,7 @@ class RunConfig:
             return self.deadline_s
         base = self.duration_s if self.duration_s else max(60.0, (self.steps or 0) * 0.2)
         faults = sum(len(v) for v in (self.kill_ps, self.kill_node, self.kill_replica, self.kill_worker, self.hang_ps,
-                                      self.hang_replica, self.slow_ps, self.partition_ps, self.failure_schedule))
+                                      self.hang_replica, self.hang_worker, self.slow_ps, self.partition_ps, self.failure_schedule))
         return base * 2 + 120 + faults * (self.restart_delay_s + 30)
 
     # ---- validation

@@ -146,12 +146,31 @@ class Suspicion:
         return None, None
 
 
-def suspect_the_silent(ctx, what: str, waited_s: float, suspected: set) -> None:
-    """A collective (the repair's shrink) has waited ``waited_s`` >= ``--suspect-after``: suspect every
-    member whose beacon has been silent that long, once (``suspected``: the pids already named). The
-    members nobody waits on otherwise, the evaluator and the spares, are found here."""
+class GroupSuspicion:
+    """A wait on a collective of the workers' group (the allreduce, the weights' broadcast): which member
+    holds it up cannot be told from the collective, but a stopped one's beacon is silent. Past
+    ``--suspect-after`` (not within a cold start), each member whose beacon has been silent that long is
+    suspected, once. Before, nobody suspected a hung worker: the others waited out the peer timeout."""
+
+    def __init__(self, ctx, members: list[str], what: str) -> None:
+        self.ctx, self.members, self.what = ctx, members, what
+        self.armed_at = max(time.monotonic(), getattr(ctx, "cold_until", 0.0))
+        self.suspected: set = set()
+
+    def check(self) -> None:
+        waited = time.monotonic() - self.armed_at
+        if self.ctx.cfg.suspect_after_s and waited >= self.ctx.cfg.suspect_after_s:
+            suspect_the_silent(self.ctx, self.what, waited, self.suspected, members=self.members)
+
+
+def suspect_the_silent(ctx, what: str, waited_s: float, suspected: set, members: list[str] | None = None) -> None:
+    """A collective (the repair's shrink; ``members``: of those roles only) has waited ``waited_s`` >=
+    ``--suspect-after``: suspect every member whose beacon has been silent that long, once (``suspected``:
+    the pids already named). The members nobody waits on otherwise, the evaluator and the spares, are
+    found here."""
     run_dir = ctx.cfg.run_dir
-    members = {role.label for role in ctx.cluster.roles if role != ctx.cluster.me}
+    members = set(members) if members is not None else {role.label for role in ctx.cluster.roles
+                                                         if role != ctx.cluster.me}
     for role, info in pid_files(run_dir):
         if role not in members or info["pid"] in suspected or info["pid"] == os.getpid():
             continue

@@ -45,7 +45,7 @@ from .mailbox import Mailbox
 from .context import REFILL_SETTLE_S, Context, no_repair
 from .pidfiles import write_pid_file
 from .spare import retire as retire_spares
-from .suspicion import Suspicion
+from .suspicion import GroupSuspicion, Suspicion
 from .events import Ev
 from .flatparams import FlatParams, digest
 from .messages import (
@@ -218,24 +218,31 @@ class Worker:
             if self.grad_host is not self.flat.grads:
                 self.grad_host.copy_(self.flat.grads)
         elif self.allreducer.overlapping:  # started by the hooks during backward
-            self.allreducer.wait_(self.ctx.peer_timeout)
+            self.allreducer.wait_(self.ctx.peer_timeout, suspect=self._group_suspicion("the workers' allreduce"))
             if self.flat.has_buffers:  # the hooks reduce the parameters' gradients only
-                self.allreducer.average_(self.flat.grads[self.flat.n_train:], self.ctx.peer_timeout, "psbench.buffers")
+                self.allreducer.average_(self.flat.grads[self.flat.n_train:], self.ctx.peer_timeout, "psbench.buffers",
+                                         suspect=self._group_suspicion("the workers' allreduce"))
             if self.grad_host is not self.flat.grads:
                 self.grad_host.copy_(self.flat.grads)
         elif self.allreducer.on_device:  # NCCL Horovod: reduce on the GPU, then stage
-            self.allreducer.average_(self.flat.grads, self.ctx.peer_timeout)
+            self.allreducer.average_(self.flat.grads, self.ctx.peer_timeout,
+                                     suspect=self._group_suspicion("the workers' allreduce"))
             self.grad_host.copy_(self.flat.grads)
         else:
             if self.grad_host is not self.flat.grads:
                 self.grad_host.copy_(self.flat.grads)
-            self._in_group(lambda watch: self.allreducer.average_(self.grad_host, self.ctx.peer_timeout, watch=watch))
+            self._in_group(lambda watch: self.allreducer.average_(
+                self.grad_host, self.ctx.peer_timeout, watch=watch, suspect=self._group_suspicion("the workers' allreduce")))
         self.last_loss = loss.item()
         return time.perf_counter() - t0
 
     def _bcast(self, buf: np.ndarray, what: str, timeout: float) -> None:
         req = self.ctrl_comm.Ibcast(buf, root=0)
-        self._in_group(lambda watch: tp.wait(req, timeout, what, watch=watch))
+        self._in_group(lambda watch: tp.wait(req, timeout, what, watch=watch, suspect=self._group_suspicion(what)))
+
+    def _group_suspicion(self, what: str) -> GroupSuspicion:
+        """A hung member of the workers' group holds up their collectives: it is suspected by its silent beacon."""
+        return GroupSuspicion(self.ctx, [f"worker{i}" for i in self.group if i != self.index], what)
 
     # ---- elastic workers (psmodes/elastic.py)
     def _in_group(self, op) -> None:
@@ -375,8 +382,13 @@ class Worker:
                 background = self.mode.trains_through_outage and action not in (ACT_REFILL, ACT_REGROUP)
                 if action == ACT_REGROUP and not self._group_changed():
                     # the world still holds the dead worker (a PS's repair may have dropped it already)
-                    ctx.after_failure(tp.PeerFailed("the leader reported a worker dead", MPI.ERR_PROC_FAILED),
-                                      via="worker")
+                    dead = ctx.after_failure(tp.PeerFailed("the leader reported a worker dead", MPI.ERR_PROC_FAILED),
+                                             via="worker")
+                    if self.leader and self.ps_up and any(r.kind == "ps" for r in dead):
+                        # the PS died too, found by the shrink (seen in psbench chaos: a hung PS fenced while the
+                        # survivors shrank a dead worker; the leader then sent a gradient to no PS)
+                        self._ps_lost(tp.PeerFailed("the PS died in the workers' repair", MPI.ERR_PROC_FAILED),
+                                      time.time(), 0.0, shrunk=True)
                     if self.leader and self.repair_due is None and not ctx.refill_expected():
                         # nothing to spawn: complete the survivors' wait for the announcement, a collective
                         # that would otherwise stand before the final barrier (seen: it waited out its 30 s)
@@ -669,7 +681,9 @@ class Worker:
         else:
             self.weights_in, self.recv_buf = self.recv_buf, self.weights_in
 
-    def _ps_lost(self, exc: tp.PeerFailed, t_send: float, compute_s: float) -> None:
+    def _ps_lost(self, exc: tp.PeerFailed, t_send: float, compute_s: float, shrunk: bool = False) -> None:
+        """The leader: the PS died. Every survivor shrinks it (``shrunk``: they have already, in the repair of
+        a worker's death), and its replacement is due after the restart delay."""
         cfg, log = self.ctx.cfg, self.ctx.log
         held = self.version if self.held is None else self.held  # pipelined: the workers applied one more
         log.emit(Ev.DETECT, via="leader", error=str(exc), t_detect=time.time(), version=held,
@@ -686,7 +700,7 @@ class Worker:
         self._add_idle(time.time() - t_send)  # the exchange that hung until the death was detected
         self.repair_due = time.monotonic() + cfg.restart_delay_s
         self.mode.on_ps_lost(self)
-        self._set_ctrl(self.local_opt is not None, action=ACT_SHRINK)
+        self._set_ctrl(self.local_opt is not None, action=ACT_NONE if shrunk else ACT_SHRINK)
 
     def _reconnect(self) -> None:
         """After a shrink or respawn: HELLO to the PS if there is one now."""

@@ -74,6 +74,18 @@ def test_a_dead_worker_is_survived_and_the_ps_death_after_it_too(tmp_path, mode)
     assert not run_processes(out)
 
 
+def test_a_hung_worker_is_suspected_in_the_allreduce_fenced_and_the_others_go_on(tmp_path):
+    out, s = run_ok(tmp_path, *SYN, "--workers", "3", "--mode", "chain", "--allreduce", "mpi", "--exchange", "blocking",
+                    "--duration", "12s", "--hang-worker", "3s")
+    fences = events(out, "fence", "launcher")
+    assert [(f["role"], f["what"]) for f in fences] == [("worker2", "the workers' allreduce")], fences
+    hang = next(f for f in s["faults"] if f["kind"] == "hang")
+    assert hang["role"] == "worker2" and hang["fenced_s"] - hang["t_s"] < 3.0 + 1.5, hang  # --suspect-after 3 s
+    assert [(e["lost"], e["size"]) for e in events(out, "regrouped")] == [(["worker2"], 2)]
+    assert len(s["recoveries"]) == 1 and s["recoveries"][0]["lost_steps"] == 0
+    assert not run_processes(out)
+
+
 def test_launcher_sigkill_leaves_no_orphans_and_a_readable_incomplete_run(tmp_path):
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -22,7 +22,7 @@ def test_every_list_of_kinds_is_the_registry():
     chaos.add_chaos_parser(parser.add_subparsers())
     assert parser.parse_args(["chaos", "--mode", "chain"]).kinds == ",".join(CHAOS_DEFAULT)
     assert perf.FAILURE_KINDS == tuple(PERF_KINDS) == ("kill", "hang", "slow", "outside")
-    assert {o.field for o in OPTIONS} == {"kill_ps", "kill_replica", "kill_worker", "hang_ps", "hang_replica",
+    assert {o.field for o in OPTIONS} == {"kill_ps", "kill_replica", "kill_worker", "hang_ps", "hang_replica", "hang_worker",
                                           "slow_ps", "kill_node", "partition_ps"}
 
 

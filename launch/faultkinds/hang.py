@@ -1,5 +1,5 @@
-"""``hang``: SIGSTOP of the target (``--hang-ps``, ``--hang-replica``, ``--failures ...:hang``): a hung
-process, which the ranks that wait for it must suspect and the launcher fences. ``AT~DUR``: SIGCONT
+"""``hang``: SIGSTOP of the target (``--hang-ps``, ``--hang-replica``, ``--hang-worker``,
+``--failures ...:hang``): a hung process, which the ranks that wait for it must suspect and the launcher fences. ``AT~DUR``: SIGCONT
 DUR later, a pause that ends (chaos draws it as ``pause``, shorter than ``--suspect-after``). The
 signals run as a small script, here or on the target's host, so that their timing does not depend on
 the launcher's loop; a hang without an end still stopped when training is over is continued then
@@ -43,7 +43,8 @@ KIND = Hang(
     name="hang", summary="SIGSTOP of the target (until fenced; ~DUR: continued DUR later)",
     emits="hang",
     options=(Option("hang_ps", "ps", "hangs", "PS hung"),
-             Option("hang_replica", "replica", "replica-hangs", "replica hung")),
+             Option("hang_replica", "replica", "replica-hangs", "replica hung"),
+             Option("hang_worker", "worker", "worker-hangs", "worker hung")),
     length=OPTIONAL, needs_replacement=True, fenceable=True, failure_process=True, chaos=("hang", "pause"),
     perf_repairs=("spawn",), perf_name="hang (SIGSTOP, fenced)",
     plot_lines={"ps": ((0, (1, 1.5)), "PS hung (SIGSTOP)"), "replica": ((0, (1, 3)), "replica hung")},
