@@ -44,6 +44,12 @@ def test_plan_is_reproducible_and_valid(tmp_path):
     assert [bool(t.cfg.kill_node) for t in nodes] == [t.cfg.mode == "checkpoint" for t in nodes]
     assert all(t.cfg.recovery == "job-restart" and t.cfg.spares == 0 and len(t.cfg.kill_node) == 1
                and not (t.cfg.hang_ps or t.cfg.slow_ps or t.outside) for t in nodes if t.cfg.kill_node)
+    assert not any(t.cfg.kill_worker or t.cfg.hang_worker for t in a)  # not drawn unless asked for
+    workers = plan_trials(_args(seed=4, out=tmp_path / "w", worker_faults="drawn", trials=20))
+    assert key(workers[:5]) == key(a[:5])  # its own draw: the others stay as they were
+    hit = [t for t in workers if t.cfg.kill_worker or t.cfg.hang_worker]
+    assert 0 < len(hit) < len(workers) and any(t.cfg.hang_worker for t in hit) and any(t.cfg.kill_worker for t in hit)
+    assert all(t.cfg.consistency == "sync" and t.cfg.allreduce == "mpi" and t.cfg.exchange == "blocking" for t in hit)
     only = plan_trials(_args(seed=4, out=tmp_path / "d", kinds="pause"))
     assert all(not t.cfg.kill_ps or t.cfg.kill_ps[-1].startswith("+") for t in only)
     assert any("~" in h for t in only for h in t.cfg.hang_ps)
@@ -92,6 +98,11 @@ def test_relaxed_chain_may_lose_the_state_in_flight(tmp_path):
     ("chain", {}, {"final_metric": 0.70}, "accuracy: 0.700 at the end, 0.800 before the first kill"),
     ("chain", {}, {"completed": False, "exit_reason": "watchdog: the run exceeded", "failures": []}, "deadline"),
     ("chain", {}, {"completed": False, "exit_reason": "incomplete", "failures": []}, "neither completed nor failed"),
+    ("chain", {}, {"completed": False, "failures": [{"who": "worker0", "reason": "TypeError: x", "bug": True}]},
+     "bug: a rank stopped on an exception psbench did not expect (worker0: TypeError: x)"),
+    ("chain", {"workers": 3, "allreduce": "mpi", "exchange": "blocking", "kill_worker": ["3s"]},
+     {"completed": False, "failures": [{"reason": "worker2 died; the pipelined exchange ..., so the run ends"}]},
+     "elastic: a worker's death ended a run whose workers are elastic"),
     ("chain", {}, {"completed": False, "exit_reason": "PeerTimeout: evaluator receives: no answer in 60 s",
                    "failures": [{"who": "evaluator", "reason": "PeerTimeout: evaluator receives: no answer in 60 s"}]},
      "waited out its peer timeout"),

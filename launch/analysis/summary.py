@@ -232,7 +232,9 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
         # messages of an older world generation that a rank dropped (psmodes.transport.Generations)
         "stale_messages": {"dropped": len(by("stale_dropped")),
                            "by_kind": dict(Counter(e.get("kind") for e in by("stale_dropped")))},
-        "failures": [{"who": e["who"], "reason": e["reason"]} for e in failed],
+        # bug: a rank stopped on an exception psbench did not expect (psmodes/main.py records its traceback)
+        "failures": [{"who": e["who"], "reason": e["reason"], **({"bug": True} if e.get("traceback") else {})}
+                     for e in failed],
         "crashes": [{"who": e.get("role") or "?", "reason": e["reason"]} for e in crashes],
         "recovery": cfg.recovery,
         "restarts": [{"attempt": e["attempt"], "t_s": rel(e["t_restart"])} for e in restarts],

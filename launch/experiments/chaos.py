@@ -77,6 +77,7 @@ import psutil
 
 from benchmarks import metrics
 from psmodes.atomic import write_text_atomic
+from psmodes import elastic
 from psmodes.config import MODES, ConfigError, RunConfig, staleness_bound
 from psmodes.events import read_events, read_run_events
 from psmodes.pidfiles import read_pid_file
@@ -154,6 +155,10 @@ def add_chaos_parser(sub) -> None:
     # (1 of 15 refills hung in 32 trials with --refill-spares always); the default trials measure the rest
     p.add_argument("--refill-spares", choices=REFILL, default="never",
                    help="--refill-spares in trials with spares (sync only): never, drawn (half of them) or always")
+    # not drawn by default, so that a seed draws the trials it drew before elastic workers existed
+    p.add_argument("--worker-faults", choices=("never", "drawn"), default="never",
+                   help="drawn: half the sync trials also kill or hang the last worker, over --allreduce mpi and "
+                   "the blocking exchange, where the others must go on without it (psmodes/elastic.py)")
     p.add_argument("--tolerance", type=float, default=ACCURACY_TOLERANCE,
                    help="largest drop of the workload's metric allowed after recovery (checkpoint, chain): "
                    "accuracy lost, or perplexity gained")
@@ -233,6 +238,10 @@ def plan_trials(a: argparse.Namespace) -> list[Trial]:
             exchange = random.Random(f"{a.seed}/{mode}/{i}/exchange")  # its own draw, as the node's
             if cfg.workers_apply:  # auto made it pipelined: half the trials run the blocking exchange
                 cfg.exchange = exchange.choice(["pipelined", "blocking"])
+            worker = random.Random(f"{a.seed}/{mode}/{i}/worker")  # its own draw, as the node's
+            if getattr(a, "worker_faults", "never") == "drawn" and cfg.consistency == "sync" and cfg.workers > 1 \
+                    and not cfg.dies_with_ps and worker.random() < 0.5:
+                _draw_worker_fault(cfg, worker, duration, "hang" in kinds)
             trials.append(trial)
     return trials
 
@@ -272,6 +281,14 @@ def _draw_replica_hangs(cfg: RunConfig, rng: random.Random) -> None:
         else:
             kills.append(spec)
     cfg.kill_replica = kills
+
+
+def _draw_worker_fault(cfg: RunConfig, rng: random.Random, duration: float, hangs: bool) -> None:
+    """The last worker killed, or (``hangs``: half the time) hung until fenced, in a run whose workers are
+    elastic: psbench's MPI allreduce and the blocking exchange (psmodes/elastic.py)."""
+    cfg.allreduce, cfg.exchange = "mpi", "blocking"
+    spec = f"{round(rng.uniform(0.1, 0.7) * duration, 2)}s"
+    (cfg.hang_worker if hangs and rng.random() < 0.5 else cfg.kill_worker).append(spec)
 
 
 def _needs_sync(mode: str) -> bool:
@@ -372,6 +389,13 @@ def check_trial(cfg: RunConfig, summary: dict | None, wall_s: float,
     if not summary.get("completed") and not (summary.get("failures") or summary.get("crashes")
                                              or summary.get("diverged")) and "watchdog" not in reason:
         bad.append(f"deadline: the run neither completed nor failed with a recorded reason ({reason})")
+    bugs = [f"{f['who']}: {f['reason']}" for f in summary.get("failures") or [] if f.get("bug")]
+    if bugs:  # a clean end is not enough: the reason must be one psbench meant (its traceback is in the events)
+        bad.append(f"bug: a rank stopped on an exception psbench did not expect ({bugs[0]})")
+    if (cfg.kill_worker or cfg.hang_worker) and elastic.survivable(cfg):
+        ended = [f["reason"] for f in summary.get("failures") or [] if "so the run ends" in str(f.get("reason"))]
+        if ended:  # psmodes/elastic.py's reason for a worker's death that a run could not survive
+            bad.append(f"elastic: a worker's death ended a run whose workers are elastic ({ended[0]})")
     unnoticed = unrecorded_divergence(run_dir, summary)
     if unnoticed:
         bad.append(f"diverged: {unnoticed}, and the run was not recorded as diverged")
