@@ -70,6 +70,9 @@ def test_a_death_never_recovered_is_outage_to_the_end(tmp_path):
     faults = [{"_t": T0 + 4.0, "kind": "kill"}, {"_t": T0 + 6.0, "kind": "hang"}]  # the pause rode out
     assert outage_windows(T0, 10.0, faults, []) == [[T0 + 4.0, T0 + 10.0]]
     assert ettr(10.0, 6.0, 0, 0.1)["ettr"] == 0.4
+    # a replacement killed before it took over: one outage from the first kill to the recovery after the second
+    kills = [{"_t": T0 + 4.0, "kind": "kill"}, {"_t": T0 + 4.2, "kind": "kill"}]
+    assert outage_windows(T0, 10.0, kills, [{"fault": 1, "recovery_s": 1.0}]) == [[T0 + 4.0, T0 + 5.2]]
     assert ettr(0.0, 0.0, 0, None) is None
 
 

@@ -29,12 +29,16 @@ def outage_windows(t0: float, span: float, faults: list[dict], recoveries: list[
     """The outages of a run as merged ``[start, end]`` intervals on the events' clock, within
     [t0, t0 + span]: each recovered failure to its first update after it, each death never
     recovered to the end (``faults``: the analysis records with ``_t``)."""
-    rec = {r["fault"]: r["recovery_s"] for r in recoveries}
     end = t0 + span
+    recovered_at = {r["fault"]: faults[r["fault"]]["_t"] + r["recovery_s"] for r in recoveries}
     lost = [i for i, f in enumerate(faults)
-            if i not in rec and (takes_down(f["kind"]) or "_t_fence" in f)]
-    windows = [(f["_t"], min(end, f["_t"] + rec[i])) for i, f in enumerate(faults) if i in rec]
-    windows += [(faults[i]["_t"], end) for i in lost]
+            if i not in recovered_at and (takes_down(f["kind"]) or "_t_fence" in f)]
+    windows = [(faults[i]["_t"], min(end, t)) for i, t in recovered_at.items()]
+    # a death without a recovery of its own lasts until the next recovery after it: a replacement killed
+    # before it took over merges two kills into one outage, recovered after the second (summary.py gives
+    # the recovery to that one). Counted to the end of training, two PS failures 0.2 s apart in an MTBF
+    # study run (checkpoint, mean 10 s) made its ETTR 0.11 for a run that lost 10 s in all
+    windows += [(faults[i]["_t"], min([t for j, t in recovered_at.items() if j > i] + [end])) for i in lost]
     merged: list[list[float]] = []
     for a, b in sorted(w for w in windows if w[1] > w[0]):
         if merged and a <= merged[-1][1]:
