@@ -178,7 +178,7 @@ class Worker:
         # elastic workers (psmodes/elastic.py): a death in the workers' group (its own watch: a PS's death is
         # the leader's to find) voids the group's operations until the leader has every survivor regroup
         self.elastic = elastic.survivable(cfg)
-        self.group = [r.index for r in ctx.cluster.roles if r.kind == "worker"]  # the workers in self.comm
+        self.group = self._workers_in_world()  # the workers in self.comm
         self.group_watch = tp.DeathWatch()
         self.group_broken: tp.PeerFailed | None = None
         self.regroups = 0
@@ -279,8 +279,12 @@ class Worker:
             self.outage = Outage(t_start=time.time(), t_detect=time.time(), version=self.version)
         self._set_ctrl(KEEP, action=ACT_REGROUP)
 
+    def _workers_in_world(self) -> list[int]:
+        """The indices of the workers the world holds now (after the repairs every survivor took part in)."""
+        return [r.index for r in self.ctx.cluster.roles if r.kind == "worker"]
+
     def _group_changed(self) -> bool:
-        return self.group != [r.index for r in self.ctx.cluster.roles if r.kind == "worker"]
+        return self.group != self._workers_in_world()
 
     def _regroup(self) -> None:
         """Every surviving worker, after the world's shrink: shrink the workers' communicator too, and go on
@@ -288,11 +292,10 @@ class Worker:
         ctx = self.ctx
         comm = ctx.watched(lambda: tp.call(self.comm.Shrink, "shrink the workers' group"), "workers' shrink")
         comm.Set_errhandler(MPI.ERRORS_RETURN)
-        lost = sorted(set(self.group) - {r.index for r in ctx.cluster.roles if r.kind == "worker"})
+        lost, self.group = sorted(set(self.group) - set(self._workers_in_world())), self._workers_in_world()
         self.comm, self.ctrl_comm = comm, comm.Dup()
         self.ctrl_comm.Set_errhandler(MPI.ERRORS_RETURN)
         self.allreducer = Allreducer(ctx.cfg.allreduce, comm, ctx.device)
-        self.group = [r.index for r in ctx.cluster.roles if r.kind == "worker"]
         self.group_watch, self.group_broken = tp.DeathWatch(), None
         self.regroups += 1
         rank, size = comm.Get_rank(), comm.Get_size()
@@ -306,11 +309,12 @@ class Worker:
                          seconds=round(time.perf_counter() - self.t_group_lost, 4) if self.t_group_lost else None)
         self.t_group_lost = 0.0
 
-    def _send_ctrl(self, ctrl: Control) -> list:
-        """The leader posts the header ``ctrl`` to every other worker (its buffer is untouched until _sync_ctrl)."""
+    def _send_ctrl(self, ctrl: Control, skip: set[int] = frozenset()) -> list:
+        """The leader posts the header ``ctrl`` to every other worker but the ranks ``skip`` (its buffer is
+        untouched until _sync_ctrl)."""
         self.ctrl_buf[:] = ctrl.to_header()
         comm = self.ctrl_comm
-        return [comm.Isend(self.ctrl_buf, r, tp.TAG_CTRL) for r in range(1, comm.Get_size())]
+        return [comm.Isend(self.ctrl_buf, r, tp.TAG_CTRL) for r in range(1, comm.Get_size()) if r not in skip]
 
     def _sync_ctrl(self) -> Control:
         """The leader's control header to every worker (point to point: W-1
@@ -336,11 +340,9 @@ class Worker:
     def _send_ctrl_elastic(self) -> None:
         """The leader's header in an elastic run: a send that fails is a worker's death (the others have the
         header); a regroup's header goes to the workers not known dead, and their failures are expected."""
-        self.ctrl_buf[:] = self.ctrl.to_header()
-        comm, timeout = self.ctrl_comm, self.ctx.outage_timeout
-        dead = set(tp.failed_ranks(comm)) if self.ctrl.action == ACT_REGROUP else set()
-        for req in [comm.Isend(self.ctrl_buf, r, tp.TAG_CTRL) for r in range(1, comm.Get_size()) if r not in dead]:
-            if self.ctrl.action == ACT_REGROUP:
+        timeout, regroup = self.ctx.outage_timeout, self.ctrl.action == ACT_REGROUP
+        for req in self._send_ctrl(self.ctrl, skip=set(tp.failed_ranks(self.ctrl_comm)) if regroup else set()):
+            if regroup:
                 try:
                     tp.wait(req, timeout, "control header", poll=tp.SHORT_POLL)
                 except tp.PeerFailed:

@@ -239,7 +239,7 @@ def plan_trials(a: argparse.Namespace) -> list[Trial]:
             if cfg.workers_apply:  # auto made it pipelined: half the trials run the blocking exchange
                 cfg.exchange = exchange.choice(["pipelined", "blocking"])
             worker = random.Random(f"{a.seed}/{mode}/{i}/worker")  # its own draw, as the node's
-            if getattr(a, "worker_faults", "never") == "drawn" and cfg.consistency == "sync" and cfg.workers > 1 \
+            if a.worker_faults == "drawn" and cfg.consistency == "sync" and cfg.workers > 1 \
                     and not cfg.dies_with_ps and worker.random() < 0.5:
                 _draw_worker_fault(cfg, worker, duration, "hang" in kinds)
             trials.append(trial)
