@@ -368,7 +368,7 @@ class Worker:
                 computed, compute_s = True, 0.0
             else:
                 computed = compute and self.group_broken is None  # a broken group computes nothing until regrouped
-                compute_s = self._compute() if compute else 0.0
+                compute_s = self._compute() if computed else 0.0
             t_ctrl = time.perf_counter()
             if self.leader:
                 self._lead(computed, compute_s)
