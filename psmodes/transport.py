@@ -320,8 +320,12 @@ class KeptHeaders:
         except MPI.Exception:  # a failed receive (a death): the repair makes a new world anyway
             return
         if not status.Is_cancelled():
-            self._kept.append((comm, status.Get_source(), tag, hdr.copy()))
-            del self._kept[:-self.LIMIT]
+            self.keep(comm, status.Get_source(), tag, hdr)
+
+    def keep(self, comm: MPI.Comm, source: int, tag: int, hdr: np.ndarray) -> None:
+        """Keep a header received from ``source`` for the next receive of ``tag`` on ``comm``."""
+        self._kept.append((comm, source, tag, hdr.copy()))
+        del self._kept[:-self.LIMIT]
 
     def take(self, comm: MPI.Comm, source: int, tag: int) -> tuple[np.ndarray, int] | None:
         """The oldest kept header for this receive, and its source; None if there is none."""
