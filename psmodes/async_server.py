@@ -36,6 +36,7 @@ from . import killpoints, transport as tp
 from .events import Ev
 from .messages import Answer, Grad, Hello, Ready, generation_of, parse
 from .server import ParameterServer
+from .suspicion import suspect_the_silent
 
 
 def staleness_lr_scale(staleness: int, enabled: bool) -> float:
@@ -48,6 +49,9 @@ class AsyncParameterServer(ParameterServer):
         super().__init__(ctx, **kwargs)
         self.bound = ctx.cfg.staleness_bound
         self.stopped_workers: set[int] = set()
+        self.heard: dict[int, float] = {}
+        self.suspected: set[int] = set()  # the pids of workers suspected (once each)
+        self.next_check = 0.0
 
     def _serve(self) -> None:
         ctx, c = self.ctx, self.ctx.cluster
@@ -56,16 +60,19 @@ class AsyncParameterServer(ParameterServer):
         self.handovers: dict = {}  # a replacement awaiting them: worker index -> hand-over
         self.asked_in: dict[int, int] = {}  # worker index -> the world generation of its last request
         workers = [r for r, role in enumerate(c.roles) if role.kind == "worker"]
+        indices = {c.roles[r].index for r in workers}  # fewer after an elastic worker's death (psmodes/elastic.py)
+        self.heard = dict.fromkeys(indices, time.monotonic())  # worker index -> when its last message came
         if self.awaiting_handover:
             for rank in workers:  # each worker trains on until it hears this
                 tp.send(c.world, Ready(), None, rank, tp.TAG_FROM_PS, ctx.peer_timeout, "PS ready")
         inbox = tp.FairInbox(c.world, workers, tp.TAG_TO_PS)
         try:
-            while len(self.stopped_workers) < len(workers):
+            while not indices <= self.stopped_workers:
                 hdr, src = inbox.get(ctx.outage_timeout, "PS waits for the workers", on_idle=self._idle)
                 if generation_of(hdr) > tp.GENERATIONS.current:
                     self._repair_first(hdr, src)  # raises RespawnNow
                 msg = parse(hdr, Hello, Grad)
+                self.heard[msg.worker] = time.monotonic()
                 self.asked_in[msg.worker] = generation_of(hdr)  # its answer belongs to that generation
                 if isinstance(msg, Hello):
                     self._hello_from(msg, src)
@@ -95,6 +102,25 @@ class AsyncParameterServer(ParameterServer):
             time.sleep(0.001)
         raise tp.PeerTimeout(f"a worker's message of generation {generation_of(hdr)} came, and no repair was "
                              f"announced to this PS (generation {tp.GENERATIONS.current}) in {ctx.peer_timeout:.0f} s")
+
+    def _idle(self) -> None:
+        super()._idle()
+        self._suspect_hung_workers()
+
+    def _suspect_hung_workers(self) -> None:
+        """A worker this PS has not heard from for ``--suspect-after``, whose beacon has been as silent, is
+        hung: suspected (the launcher fences it; psmodes/suspicion.py). Nobody else waits for it: the
+        others go on without it (async) or wait for it at the bound (``bounded:S``) or at the run's end."""
+        after, now = self.ctx.cfg.suspect_after_s, time.monotonic()
+        if not after or now < self.next_check:
+            return
+        self.next_check = now + 0.05
+        cold = self.ctx.cold_until  # a replacement PS's own start-up is not the workers' silence
+        quiet = [f"worker{i}" for i, t in self.heard.items()
+                 if now - max(t, cold) >= after and i not in self.stopped_workers]
+        if quiet:
+            suspect_the_silent(self.ctx, "the worker's next gradient", now - min(self.heard.values()),
+                               self.suspected, members=quiet)
 
     # ---- gradients and answers
     def _gradient(self, grad: Grad, src: int) -> None:
@@ -156,7 +182,7 @@ class AsyncParameterServer(ParameterServer):
         self.computing.pop(index, None)
         if self.awaiting_handover:
             self.handovers[index] = self.mode.receive_handover(self, hello, src)
-            if len(self.handovers) == ctx.cfg.workers:
+            if len(self.handovers) == len(self.heard):  # every worker the world holds
                 self.mode.apply_handovers(self, list(self.handovers.values()))
                 for i in sorted(self.handovers):
                     self.waiting.append((i, self.handovers[i].rank, 0, -1, -1))

@@ -29,7 +29,7 @@ from .async_server import staleness_lr_scale
 from .context import RespawnNow, no_repair
 from .events import Ev
 from .flatparams import digest
-from .messages import DONE, FAILED, POLICY_CODES, RUNNING, Answer, Grad, Hello
+from .messages import ACTION_NONE, DONE, FAILED, POLICY_CODES, RUNNING, Answer, Grad, Hello
 from .outage import Outage
 from .suspicion import Suspicion
 from .worker import Worker
@@ -85,8 +85,9 @@ class AsyncWorker(Worker):
         t_send = time.time()
         try:
             # polls for a respawn announcement too: the PS may be in the spawn, not receiving
-            # a PS that answers in milliseconds and has not for --suspect-after is hung (psmodes.suspicion)
-            suspect = Suspicion(ctx, c.ps, f"the PS's answer to worker{self.index}")
+            # a PS that answers in milliseconds and has not for --suspect-after is hung (psmodes.suspicion);
+            # under bounded:S the PS may hold the answer for the slowest worker: a stopped one is blamed
+            suspect = Suspicion(ctx, c.ps, f"the PS's answer to worker{self.index}", route=self._held_by())
             tp.send(c.world, Grad(base, worker=self.index), self.grad_host.numpy(), c.ps,
                     tp.TAG_TO_PS, ctx.peer_timeout, "worker sends gradient", on_idle=ctx.idle,
                     watch=ctx.death_watch(), suspect=suspect)
@@ -110,6 +111,15 @@ class AsyncWorker(Worker):
         if answer.stop:
             self.state = DONE
 
+    def _held_by(self) -> tuple[int, ...]:
+        """``bounded:S``: the ranks of the other workers, for whom the PS may hold this worker's answer back
+        (the route of :class:`~psmodes.suspicion.Suspicion`: a hung one is the one suspected, not the PS that
+        waits for it; seen: the live PS fenced for the answer it held for a hung worker)."""
+        c = self.ctx.cluster
+        if self.ctx.cfg.staleness_bound is None:
+            return ()
+        return tuple(r for r, role in enumerate(c.roles) if role.kind == "worker" and role.index != self.index)
+
     def _receive_weights(self, timeout: float, what: str, suspect=None) -> Answer:
         c = self.ctx.cluster
         answer, _ = tp.recv(c.world, MPI.ANY_SOURCE, tp.TAG_FROM_PS, timeout, what, Answer, on_idle=self.ctx.idle,
@@ -120,8 +130,11 @@ class AsyncWorker(Worker):
         return answer
 
     def _hello(self) -> None:
-        """(Re)connect to the PS; a stateless replacement gets this worker's buffer."""
+        """(Re)connect to the PS; a stateless replacement gets this worker's buffer. Every repair ends here,
+        so a worker that a repair dropped is dropped here from this worker's data shards too."""
         c, ctx, cfg = self.ctx.cluster, self.ctx, self.ctx.cfg
+        if self._group_changed():
+            self._reshard(self._take_group())
         offer = self.mode.handover(self)  # stateless: this worker's buffer for a fresh replacement
         handover = offer is not None
         buffered, vectors = offer if handover else (0, [])
@@ -152,8 +165,39 @@ class AsyncWorker(Worker):
                 self._recovered()  # the run ends right at the reconnection
 
     # ---- outages
-    def _ps_lost(self, exc: tp.PeerFailed, t_send: float) -> None:
+    def _workers_lost(self, exc: tp.PeerFailed) -> None:
+        """Elastic (psmodes/elastic.py): a worker died, not the PS. Every survivor notices it in its own wait,
+        shrinks it and says Hello again, as after any repair; its gradient whose answer never came is not
+        re-sent (see the module docstring). Its outage lasts to its first applied update after the Hello."""
+        ctx = self.ctx
+        self.t_group_lost = self.t_group_lost or time.perf_counter()
+        lost = [r.label for r in ctx.failed_roles() if r.kind == "worker"]
+        ctx.log.emit(Ev.DETECT, via=f"worker{self.index}", error=str(exc), t_detect=time.time(), dead=lost,
+                     version=self.version, role=f"worker{self.index}")
+        if self.outage is None:
+            self.outage = Outage(t_start=time.time(), t_detect=time.time(), version=self.version)
+        self.pending = False
+        t = time.perf_counter()
+        dead = ctx.after_failure(exc, via=f"worker{self.index}")
+        self._add_idle(time.perf_counter() - t)
+        if any(r.kind == "ps" for r in dead):  # the PS died too, found by the shrink
+            self._ps_lost(tp.PeerFailed("the PS died in the repair of a worker's death", MPI.ERR_PROC_FAILED),
+                          time.time(), shrunk=True)
+            return
+        if ctx.cluster.ps is None:  # the PS was down already: its respawn is announced again when due
+            self.repair_due = self.repair_due or time.monotonic() + ctx.cfg.restart_delay_s
+            return
+        if self.leader and self.repair_due is None and not ctx.refill_expected():
+            ctx.announce(ACTION_NONE)  # nothing to spawn: complete the survivors' wait for the announcement
+        self._hello()
+
+    def _ps_lost(self, exc: tp.PeerFailed, t_send: float, shrunk: bool = False) -> None:
+        """The PS died (``shrunk``: found by the shrink of a worker's death, which every survivor took part
+        in). A worker's death alone goes to :meth:`_workers_lost`."""
         cfg, ctx = self.ctx.cfg, self.ctx
+        if not shrunk and self._a_worker_died():
+            self._workers_lost(exc)
+            return
         ctx.log.emit(Ev.DETECT, via=f"worker{self.index}", error=str(exc), t_detect=time.time(),
                      version=self.version, digest=digest(self.weights_in), role=f"worker{self.index}")
         if cfg.dies_with_ps:
@@ -171,12 +215,14 @@ class AsyncWorker(Worker):
             if self.local_opt is not None:  # its own copy moved on
                 self.flat.weights.copy_(torch.from_numpy(self.weights_in))
             self._join_repair()
-            self._in_background(lambda: ctx.after_failure(exc, via=f"worker{self.index}"), "shrink")
+            if not shrunk:
+                self._in_background(lambda: ctx.after_failure(exc, via=f"worker{self.index}"), "shrink")
             return
         self.pending = False  # not re-sent; see the module docstring
-        t = time.perf_counter()
-        ctx.after_failure(exc, via=f"worker{self.index}")
-        self._add_idle(time.perf_counter() - t)
+        if not shrunk:
+            t = time.perf_counter()
+            ctx.after_failure(exc, via=f"worker{self.index}")
+            self._add_idle(time.perf_counter() - t)
         if ctx.cluster.ps is not None:  # a promoted chain head, or the PS survived a replica's death
             self._hello()
 

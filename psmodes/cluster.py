@@ -66,8 +66,11 @@ class Cluster:
         return self.rank_of("ps")
 
     @property
-    def leader(self) -> int:
-        return self.rank_of("worker", 0)
+    def leader(self) -> int | None:
+        """The rank of the worker of the lowest index: worker0, unless it died in an elastic async run
+        (psmodes/elastic.py), where the next one leads (a pure function of the roles, the same everywhere)."""
+        workers = [(role.index, rank) for rank, role in enumerate(self.roles) if role.kind == "worker"]
+        return min(workers)[1] if workers else None
 
     @property
     def evaluator(self) -> int | None:

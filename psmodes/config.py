@@ -302,9 +302,15 @@ class RunConfig:
     refill_spares: bool = option(False, "--refill-spares", "with --spares: once training runs again after spares "
                                  "took roles, spawn new ones (training waits for their MPI_Init; their set-up "
                                  "runs meanwhile)", group="recovery")
-    min_workers: int = option(1, "--min-workers", "a worker's death is survived (sync, --allreduce mpi, --exchange "
-                              "blocking; not the leader's yet: psmodes/elastic.py) while at least N workers are "
-                              "left; below, the run ends cleanly", group="recovery", check=positive_int)
+    min_workers: int = option(1, "--min-workers", "a worker's death is survived (async and bounded; sync with "
+                              "--allreduce mpi --exchange blocking, not the leader's: psmodes/elastic.py) while at "
+                              "least N workers are left; below, the run ends cleanly", group="recovery",
+                              check=positive_int)
+    elastic_batch: str = option("local", "--elastic-batch", "sync, once a worker is lost: local keeps each "
+                                "worker's batch and scales the learning rate with the workers left (the linear "
+                                "scaling rule); global keeps the global batch (each survivor takes a larger one) "
+                                "and the learning rate", group="recovery",
+                                check=one_of(("local", "global"), "--elastic-batch value", "local or global"))
     replay: str = option("paper", "--replay", f"stateless mode: {', '.join(REPLAY_POLICIES)}", group="recovery",
                          check=one_of(REPLAY_POLICIES, "replay policy"))
     max_buffered: int = option(256, "--max-buffered", "stateless, replay sequential or staleness: gradients kept "
@@ -318,9 +324,9 @@ class RunConfig:
                                 "of --duration (33%%) or a PS step (step:800)", group="faults", metavar="AT[,AT...]")
     kill_replica: list[str] = option([], "--kill-replica", "chain, hybrid: SIGKILL the tail replica (AT@replicaN: "
                                      "replica N of the chain)", group="faults", metavar="AT[@replicaN][,...]")
-    kill_worker: list[str] = option([], "--kill-worker", "SIGKILL the last worker (survived down to --min-workers "
-                                    "where psmodes/elastic.py says so, else the run ends cleanly)", group="faults",
-                                    metavar="AT")
+    kill_worker: list[str] = option([], "--kill-worker", "SIGKILL the last worker (AT@workerN: worker N; survived "
+                                    "down to --min-workers where psmodes/elastic.py says so, else the run ends "
+                                    "cleanly)", group="faults", metavar="AT[@workerN][,...]")
     kill_node: list[str] = option([], "--kill-node", "lose the PS's host at AT: SIGKILL every rank there at once "
                                   "(PS, replicas, evaluator, spares; workers there end the run) and that host's "
                                   "Open MPI daemon", group="faults", metavar="AT[,AT...]")
@@ -329,16 +335,18 @@ class RunConfig:
     hang_replica: list[str] = option([], "--hang-replica", "chain, hybrid: SIGSTOP the tail replica (AT@replicaN: "
                                      "replica N of the chain), like --hang-ps", group="faults",
                                      metavar="AT[~DUR][@replicaN][,...]")
-    hang_worker: list[str] = option([], "--hang-worker", "SIGSTOP the last worker at AT: the other workers suspect it "
-                                    "in their allreduce and it is fenced (then as --kill-worker)", group="faults",
-                                    metavar="AT[,...]")
+    hang_worker: list[str] = option([], "--hang-worker", "SIGSTOP the last worker (AT@workerN: worker N) at AT: the "
+                                    "ranks that wait for it suspect it (sync: the workers in their allreduce; async: "
+                                    "the PS) and it is fenced (then as --kill-worker)", group="faults",
+                                    metavar="AT[@workerN][,...]")
     slow_ps: list[str] = option([], "--slow-ps", "slow the PS down by --slow-factor for DUR from AT (stopped and "
                                 "continued on a duty cycle), e.g. 30%%~10s", group="faults", metavar="AT~DUR[,...]")
     partition_ps: list[str] = option([], "--partition-ps", "cut the PS's host off the network for DUR from AT (its "
                                      "link to the launcher's host down; needs root there and the PS on another "
                                      "host), e.g. 30%%~5s", group="faults", metavar="AT~DUR[,...]")
     failures: list[str] = option([], "--failures", "failures arriving at random, e.g. ps:exp:30s (exponential, mean "
-                                 "30 s), replica:weibull:2m:0.7, any:exp:20s:hang (psmodes/failure_process.py)",
+                                 "30 s), replica:weibull:2m:0.7, worker:exp:20s, any:exp:20s:hang "
+                                 "(psmodes/failure_process.py)",
                                  group="faults", metavar="TARGET:DIST:PARAMS[:KIND][,...]")
     failure_seed: int | None = option(None, "--failure-seed", "draws the --failures arrival times (default: --seed); "
                                       "every mode meets the same times", group="faults", type=int, check=non_negative)

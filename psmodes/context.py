@@ -67,7 +67,7 @@ class Context:
         self.cluster = cluster
         self.log = log
         self.workload = get_workload(cfg.benchmark)
-        self.lr = default_lr(cfg, self.workload)
+        self.base_lr = default_lr(cfg, self.workload)  # the run's; ``lr`` follows the workers left
         self.batch_size = cfg.batch_size or self.workload.batch_size
         self.device = pick_device(cfg)
         self._action_buf = np.zeros(HEADER_LEN, dtype=np.int64)  # an Announce, broadcast by the leader
@@ -83,6 +83,18 @@ class Context:
         self.cold_until = time.monotonic() + COLD_START_S if cluster.generation else 0.0
         if cluster.generation and self.refill_expected():  # as the survivors do after this repair (respawn)
             self._post_action()
+
+    @property
+    def workers_left(self) -> int:
+        """The workers the world holds now (fewer than --workers after an elastic worker's death)."""
+        return sum(r.kind == "worker" for r in self.cluster.roles)
+
+    @property
+    def lr(self) -> float:
+        """The learning rate now: the run's, scaled for the workers left under ``--elastic-batch local``
+        (psmodes/elastic.py), the same on every rank since it is a function of the roles the repairs agreed
+        on. The PS's optimizer reads it at every step, so a replay or a catch-up applies it too."""
+        return self.base_lr * elastic.batch_and_lr(self.cfg, self.batch_size, self.workers_left)[1]
 
     # ---- timeouts
     @property
@@ -123,7 +135,7 @@ class Context:
         ``t_detect``: when the death was known, if before now."""
         t_detect = t_detect or time.time()
         workers = [r for r in self.failed_roles() if r.kind == "worker"]
-        left = sum(r.kind == "worker" for r in self.cluster.roles) - len(workers)
+        left = self.workers_left - len(workers)
         if (reason := elastic.why_the_run_ends(self.cfg, workers, left)) is not None:
             # said before the shrink, which would wait for workers that may be blocked in their allreduce
             self.log.emit(Ev.DETECT, via=via, error=str(exc), t_detect=t_detect, dead=[r.label for r in workers],
@@ -140,7 +152,7 @@ class Context:
                       dead=[r.label for r in dead], role=self.cluster.me.label, rank=self.cluster.rank)
         # a worker that died in the shrink itself (known to nobody before it)
         lost = [r for r in dead if r.kind == "worker"]
-        if (reason := elastic.why_the_run_ends(self.cfg, lost, sum(r.kind == "worker" for r in self.cluster.roles))):
+        if (reason := elastic.why_the_run_ends(self.cfg, lost, self.workers_left)):
             raise RunFailed(f"{reason} ({exc})")
         self.mode.on_shrink(self.cluster, dead)  # RunFailed when no copy of the PS state survives
         if self.cluster.leader is None:

@@ -2,23 +2,34 @@
 made again without it.
 
 A worker holds nothing the PS lacks, so the survivors only have to agree that it is gone and average
-over the ones left. What is built: a worker that is not the leader dies (SIGKILL, or a crash nobody
-injected), in sync consistency; every survivor of the world shrinks it (the PS, replicas, evaluator
-and spares notice the death in their own waits; the workers are told by the leader's control header,
-``ACT_REGROUP``); the workers shrink their own communicator, psbench's MPI allreduce goes on over it,
-and the leader says Hello to the PS again (a gradient it had sent is reconciled as after a PS death:
-applied once). The run goes on with fewer workers down to ``--min-workers``.
+over the ones left. What is built: a worker dies (SIGKILL, a hang fenced, or a crash nobody injected),
+in sync one that is not the leader.
+
+- Sync: every survivor of the world shrinks it (the PS, replicas, evaluator and spares notice the death
+  in their own waits; the workers are told by the leader's control header, ``ACT_REGROUP``); the
+  workers shrink their own communicator, psbench's MPI allreduce goes on over it, and the leader says
+  Hello to the PS again (a gradient it had sent is reconciled as after a PS death: applied once).
+- Async and bounded: every worker waits for the PS's answer with an ANY_SOURCE receive, which ULFM
+  fails at any member's death, so each survivor notices it itself, joins the world's shrink and says
+  Hello again, as after any repair (psmodes/async_worker.py). The PS starts its bookkeeping afresh, so
+  the bound of ``bounded:S`` counts the survivors only. A hung worker is suspected by the PS, for which
+  every worker's next gradient is awaited (psmodes/async_server.py). The leader may die too: its only
+  duty here is to announce repairs, and the worker of the lowest index left takes it over
+  (``Cluster.leader``, a function of the roles the shrink agreed on); every worker set its own time
+  for a respawn when it saw the PS die, so a repair that was due is announced by the new leader.
+
+Either way the data is sharded again over the survivors (a fresh shuffle, the same on each) and the
+run goes on with fewer workers down to ``--min-workers``.
 
 Not built yet, so such a death still ends the run cleanly, with a reason that says which:
 
-- Horovod's allreduce: it does not reliably outlive a worker's death. In 4 of 9 runs of
+- sync over Horovod's allreduce: it does not reliably outlive a worker's death. In 4 of 9 runs of
   tests/probes/horovod_after_shrink.py Horovod's coordinator (the leader) died of SIGSEGV in its
   background loop (docs/openmpi.md item 14). Elastic runs use ``--allreduce mpi``.
-- the pipelined exchange (its gradient in flight and the gradient every worker holds would have to be
+- sync with the pipelined exchange (its gradient in flight and the gradient every worker holds would have to be
   reconciled with a group that changed under them): ``--exchange blocking``;
-- async and bounded consistency, where every worker talks to the PS itself;
-- the leader's own death (worker0: the announcements, the exchange and hybrid's upstream backup are
-  its alone);
+- in sync, the leader's own death (worker0: the announcements, the exchange and hybrid's upstream
+  backup are its alone);
 - replacements: a lost worker is not spawned again, nor taken by a spare (``Cluster.missing``).
 
 The decision is a pure function of the configuration and the roles the shrink agreed on, the same on
@@ -31,8 +42,10 @@ from .roles import Role
 
 def unsupported(cfg) -> str | None:
     """Why no worker's death can be survived in this run (None: a worker other than the leader can be)."""
-    if cfg.consistency != "sync":
-        return f"--consistency {cfg.consistency}: elastic async workers are not built yet"
+    if cfg.dies_with_ps:
+        return f"{cfg.recovery if cfg.recovery == 'job-restart' else 'mode ' + cfg.mode}: any death ends the job"
+    if cfg.is_async:  # every worker talks to the PS on its own: nothing to regroup but the data's shards
+        return None
     if cfg.allreduce != "mpi":
         return ("Horovod's coordinator may die with the worker (docs/openmpi.md item 14): survive a worker's "
                 "death with --allreduce mpi --exchange blocking")
@@ -47,13 +60,26 @@ def why_the_run_ends(cfg, lost: list[Role], workers_left: int) -> str | None:
         return None
     names = ", ".join(r.label for r in lost)
     reason = unsupported(cfg)
-    if reason is None and any(r.index == 0 for r in lost):
-        reason = "the leader's (worker0's) death is not survived yet"
+    if reason is None and not cfg.is_async and any(r.index == 0 for r in lost):
+        reason = "the leader's (worker0's) death is not survived yet in sync consistency"
     if reason is None and workers_left < cfg.min_workers:
         reason = f"{workers_left} worker(s) left, fewer than --min-workers {cfg.min_workers}"
     return None if reason is None else f"{names} died; {reason}, so the run ends"
 
 
+def batch_and_lr(cfg, batch_size: int, workers_left: int) -> tuple[int, float]:
+    """Each worker's batch and the factor on the learning rate with ``workers_left`` of ``--workers`` (sync,
+    ``--elastic-batch``): ``local`` keeps the batch and scales the rate by workers_left / workers (the linear
+    scaling rule of "Accurate, Large Minibatch SGD", arXiv 1706.02677); ``global`` keeps the global batch
+    (each survivor's batch grows to batch x workers / workers_left, rounded) and the rate. Async and bounded:
+    every update is one worker's batch, so neither changes."""
+    if cfg.is_async or workers_left >= cfg.workers:
+        return batch_size, 1.0
+    if cfg.elastic_batch == "global":
+        return max(1, round(batch_size * cfg.workers / workers_left)), 1.0
+    return batch_size, workers_left / cfg.workers
+
+
 def survivable(cfg) -> bool:
-    """Whether a worker other than the leader may die and the run go on."""
+    """Whether a worker (in sync: other than the leader) may die and the run go on."""
     return unsupported(cfg) is None and cfg.workers > cfg.min_workers

@@ -70,6 +70,7 @@ class Ev(StrEnum):
     FENCE = "fence"                    # a suspect SIGKILLed: pid, host, role, how (launcher or self), suspect
     FENCE_REFUSED = "fence_refused"    # a suspicion not acted on: reason (its rank cut off; the suspect dead already)
     KILL_FAILED = "kill_failed"        # a kill that could not be sent
+    FAULT_SKIPPED = "fault_skipped"    # a --failures worker:... due with only the leader left: kind, at, reason
     KILL_NOT_REACHED = "kill_not_reached"  # a scheduled kill whose time or step never came
     CRASH = "crash"                    # a rank's crash report read from mpirun.log
     LINGERED = "lingered"              # mpirun stopped after every rank had left

@@ -7,8 +7,9 @@ with a mean time between them, instead of one scheduled by hand.
 - ``any:exp:20s:hang``: KIND ``kill`` (SIGKILL, the default) or ``hang`` (SIGSTOP until fenced).
 
 TARGET is ``ps``, ``replica`` (the chain's tail), ``evaluator``, ``spare`` (a standby that took no
-role yet) or ``any`` (one of those the run has, drawn per failure). Workers come with elastic
-workers; until then a worker target is refused with one line.
+role yet), ``worker`` (the last worker still alive, never the leader: where the run's workers are
+elastic, psmodes/elastic.py; a failure due when only the leader is left is skipped and recorded) or
+``any`` (one of those the run has, drawn per failure).
 
 The arrival times are drawn from ``--failure-seed`` (default: the run's seed), one stream per spec
 and another for the targets of ``any``, so every mode of a sweep meets the same arrival times
@@ -20,10 +21,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import elastic
 from .durations import parse_duration
 from .errors import ConfigError
 
-TARGETS = ("ps", "replica", "evaluator", "spare", "any")
+TARGETS = ("ps", "replica", "evaluator", "spare", "worker", "any")
 DISTRIBUTIONS = ("exp", "weibull")
 SYNTAX = "TARGET:exp:MEAN[:KIND] or TARGET:weibull:SCALE:SHAPE[:KIND], e.g. ps:exp:30s"
 
@@ -44,10 +46,6 @@ def parse(spec: str) -> FailureProcess:
     if len(parts) < 3:
         raise ConfigError(f"--failures {spec!r}: write {SYNTAX}")
     target, dist = parts[0], parts[1]
-    if target in ("worker", "workers") or target.startswith("worker"):
-        raise ConfigError(f"--failures {spec!r}: worker failures need elastic workers, which psbench does not have "
-                          "yet (a worker's death ends the run: --kill-worker); choose one of: "
-                          + ", ".join(TARGETS))
     if target not in TARGETS:
         raise ConfigError(f"--failures {spec!r}: unknown target {target!r}; choose one of: {', '.join(TARGETS)}")
     if dist not in DISTRIBUTIONS:
@@ -82,6 +80,8 @@ def targets_of(cfg) -> list[str]:
         out.append("evaluator")
     if cfg.spares:
         out.append("spare")
+    if elastic.survivable(cfg):
+        out.append("worker")
     return out
 
 
@@ -100,7 +100,9 @@ def draw(cfg) -> list[dict]:
     for p in processes:
         if p.target not in present and p.target != "any":
             need = {"replica": "--mode chain or hybrid", "evaluator": "an evaluator (drop --no-evaluator)",
-                    "spare": "--spares N"}[p.target]
+                    "spare": "--spares N", "worker": f"elastic workers, which this run's are not: "
+                    f"{elastic.unsupported(cfg) or f'--workers {cfg.workers} leaves none above --min-workers'}"
+                    }[p.target]
             raise ConfigError(f"--failures {p.spec}: a {p.target} failure needs {need}")
     seed = cfg.seed if cfg.failure_seed is None else cfg.failure_seed
     out = []

@@ -45,13 +45,17 @@ class FlatOptimizer:
     """Weights plus ``n_buffers`` state buffers the size of the trainable part, updated in place."""
     n_buffers = 0
 
-    def __init__(self, weights: torch.Tensor, lr: float, trainable: int | None = None) -> None:
+    def __init__(self, weights: torch.Tensor, lr, trainable: int | None = None) -> None:
         self.weights = weights
         self.trainable = weights.numel() if trainable is None else trainable
         self.params = weights[:self.trainable]
-        self.lr = lr
+        self._lr = lr  # a number, or a function of nothing (the run's rate now: psmodes.context.Context.lr)
         self.buffers = [torch.zeros(self.trainable) for _ in range(self.n_buffers)]
         self.version = 0
+
+    @property
+    def lr(self) -> float:
+        return self._lr() if callable(self._lr) else self._lr
 
     @property
     def workers_can_apply(self) -> bool:
@@ -89,7 +93,7 @@ class FlatOptimizer:
 
 
 class FlatSGD(FlatOptimizer):
-    def __init__(self, weights: torch.Tensor, lr: float, momentum: float = 0.0, trainable: int | None = None) -> None:
+    def __init__(self, weights: torch.Tensor, lr, momentum: float = 0.0, trainable: int | None = None) -> None:
         self.n_buffers = 1 if momentum else 0
         super().__init__(weights, lr, trainable)
         self.momentum = momentum
@@ -111,7 +115,7 @@ class FlatSGD(FlatOptimizer):
 class FlatAdamW(FlatOptimizer):
     n_buffers = 2  # the first and second moments
 
-    def __init__(self, weights: torch.Tensor, lr: float, betas: tuple[float, float] = (0.9, 0.999),
+    def __init__(self, weights: torch.Tensor, lr, betas: tuple[float, float] = (0.9, 0.999),
                  weight_decay: float = 0.01, eps: float = 1e-8, trainable: int | None = None) -> None:
         super().__init__(weights, lr, trainable)
         self.betas, self.weight_decay, self.eps = betas, weight_decay, eps
@@ -145,9 +149,11 @@ def default_lr(cfg, workload) -> float:
 
 def make_optimizer(weights: torch.Tensor, ctx, trainable: int | None = None) -> FlatOptimizer:
     """The run's optimizer over ``weights``, whose first ``trainable`` elements are the parameters
-    (the rest the model's buffers); ``ctx``: a psmodes.context.Context, for lr and cfg."""
+    (the rest the model's buffers); ``ctx``: a psmodes.context.Context, for cfg and the learning rate,
+    read at every step (it follows the workers left: ``--elastic-batch local``)."""
     cfg = ctx.cfg
+    lr = lambda: ctx.lr  # noqa: E731
     if cfg.optimizer == "adamw":
-        return FlatAdamW(weights, ctx.lr, cfg.adam_betas, cfg.weight_decay, trainable=trainable)
+        return FlatAdamW(weights, lr, cfg.adam_betas, cfg.weight_decay, trainable=trainable)
     momentum = cfg.momentum or (DEFAULT_MOMENTUM if cfg.optimizer == "momentum" else 0.0)
-    return FlatSGD(weights, ctx.lr, momentum, trainable)
+    return FlatSGD(weights, lr, momentum, trainable)

@@ -94,7 +94,6 @@ class Worker:
         cfg = ctx.cfg
         self.slowest_answer_s = 0.0  # the longest exchange with a live PS (sync: the leader's)
         self.index = ctx.cluster.me.index
-        self.leader = self.index == 0
         self.comm = worker_comm
         self.comm.Set_errhandler(MPI.ERRORS_RETURN)
         self.ctrl_comm = worker_comm.Dup()
@@ -186,6 +185,13 @@ class Worker:
         self.last_loss = float("nan")
         self.ctrl_waits = deque(maxlen=100_000)  # per step: the compute's end to the control header (see run)
         write_pid_file(ctx, f"worker{self.index}")  # --kill-worker finds it here
+
+    @property
+    def leader(self) -> bool:
+        """Whether this worker leads (announcements, and in sync the exchange with the PS): worker0, or the
+        worker of the lowest index left once the leader died (async: psmodes/elastic.py)."""
+        c = self.ctx.cluster
+        return c.leader == c.rank
 
     # ---- one step's pieces
     def _use_slot(self, k: int) -> None:
@@ -286,26 +292,42 @@ class Worker:
     def _group_changed(self) -> bool:
         return self.group != self._workers_in_world()
 
+    def _take_group(self) -> list[int]:
+        """The group becomes the workers the world holds now; returns the indices it lost."""
+        now = self._workers_in_world()
+        lost, self.group = sorted(set(self.group) - set(now)), now
+        return lost
+
     def _regroup(self) -> None:
         """Every surviving worker, after the world's shrink: shrink the workers' communicator too, and go on
         over it (psbench's MPI allreduce; the data re-sharded over the survivors, a fresh shuffle)."""
         ctx = self.ctx
         comm = ctx.watched(lambda: tp.call(self.comm.Shrink, "shrink the workers' group"), "workers' shrink")
         comm.Set_errhandler(MPI.ERRORS_RETURN)
-        lost, self.group = sorted(set(self.group) - set(self._workers_in_world())), self._workers_in_world()
+        lost = self._take_group()
         self.comm, self.ctrl_comm = comm, comm.Dup()
         self.ctrl_comm.Set_errhandler(MPI.ERRORS_RETURN)
         self.allreducer = Allreducer(ctx.cfg.allreduce, comm, ctx.device)
         self.group_watch, self.group_broken = tp.DeathWatch(), None
+        if comm.Get_size() != len(self.group) or comm.Get_rank() != self.group.index(self.index):
+            raise ProtocolError(f"the workers' group shrank to {comm.Get_size()} with worker{self.index} at rank "
+                                f"{comm.Get_rank()}; the world holds the workers {self.group}")
+        self._reshard(lost)
+
+    def _reshard(self, lost: list[int]) -> None:
+        """After the group lost the workers ``lost``: this worker's shard of the data among the survivors
+        (``self.group``), a fresh shuffle the same on every survivor, with the batch ``--elastic-batch`` gives
+        (psmodes/elastic.py; the learning rate follows by itself: Context.lr); the leader records the regroup."""
+        ctx = self.ctx
         self.regroups += 1
-        rank, size = comm.Get_rank(), comm.Get_size()
-        if size != len(self.group):
-            raise ProtocolError(f"the workers' group shrank to {size}, the world holds {len(self.group)} workers")
-        self.batches = shard_batches(len(self.y), rank, size, ctx.batch_size, ctx.cfg.seed + 7919 * self.regroups)
-        self.samples_per_step = ctx.batch_size * size
+        rank, size = self.group.index(self.index), len(self.group)
+        batch, lr_factor = elastic.batch_and_lr(ctx.cfg, ctx.batch_size, size)
+        self.batches = shard_batches(len(self.y), rank, size, batch, ctx.cfg.seed + 7919 * self.regroups)
+        if not ctx.cfg.is_async:  # async: every worker's step is its own batch
+            self.samples_per_step = batch * size
         if self.leader:
             ctx.log.emit(Ev.REGROUPED, workers=[f"worker{i}" for i in self.group],
-                         lost=[f"worker{i}" for i in lost], size=size,
+                         lost=[f"worker{i}" for i in lost], size=size, batch=batch, lr_factor=round(lr_factor, 6),
                          seconds=round(time.perf_counter() - self.t_group_lost, 4) if self.t_group_lost else None)
         self.t_group_lost = 0.0
 

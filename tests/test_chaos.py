@@ -50,6 +50,10 @@ def test_plan_is_reproducible_and_valid(tmp_path):
     hit = [t for t in workers if t.cfg.kill_worker or t.cfg.hang_worker]
     assert 0 < len(hit) < len(workers) and any(t.cfg.hang_worker for t in hit) and any(t.cfg.kill_worker for t in hit)
     assert all(t.cfg.consistency == "sync" and t.cfg.allreduce == "mpi" and t.cfg.exchange == "blocking" for t in hit)
+    mixed = plan_trials(_args(seed=4, out=tmp_path / "m", worker_faults="drawn", trials=20, consistency="sync,async"))
+    hit = [t for t in mixed if t.cfg.kill_worker or t.cfg.hang_worker]
+    assert {t.cfg.consistency for t in hit} == {"sync", "async"}  # async workers are elastic over anything
+    assert all(t.cfg.is_async or (t.cfg.allreduce, t.cfg.exchange) == ("mpi", "blocking") for t in hit)
     only = plan_trials(_args(seed=4, out=tmp_path / "d", kinds="pause"))
     assert all(not t.cfg.kill_ps or t.cfg.kill_ps[-1].startswith("+") for t in only)
     assert any("~" in h for t in only for h in t.cfg.hang_ps)

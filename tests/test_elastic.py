@@ -27,9 +27,26 @@ def test_a_worker_other_than_the_leader_is_survived_down_to_min_workers():
 @pytest.mark.parametrize("over, reason", [
     (dict(allreduce="horovod"), "--allreduce mpi"),
     (dict(exchange="pipelined"), "--exchange blocking"),
-    (dict(consistency="async", exchange="auto"), "async workers are not built yet"),
+    (dict(mode="none"), "mode none: any death ends the job"),
 ])
 def test_what_is_not_elastic_yet_ends_the_run_and_says_why(over, reason):
     why = why_the_run_ends(cfg(**over), [Role("worker", 1)], workers_left=2)
     assert why.startswith("worker1 died;") and reason in why, why
     assert not survivable(cfg(**over))
+
+
+@pytest.mark.parametrize("consistency", ["async", "bounded:2"])
+def test_async_workers_are_elastic_over_any_allreduce_and_exchange(consistency):
+    # every async worker talks to the PS on its own: no allreduce or exchange to rebuild
+    assert survivable(cfg(consistency=consistency, allreduce="horovod", exchange="auto"))
+    # the leader too: the next worker leads (psmodes/cluster.py Cluster.leader)
+    assert why_the_run_ends(cfg(consistency=consistency), [Role("worker", 0)], workers_left=2) is None
+
+
+def test_elastic_batch_keeps_the_global_batch_or_scales_the_learning_rate():
+    from psmodes.elastic import batch_and_lr
+
+    assert batch_and_lr(cfg(), 32, 3) == (32, 1.0)  # the whole group
+    assert batch_and_lr(cfg(), 32, 2) == (32, 2 / 3)  # local (the default): the linear scaling rule
+    assert batch_and_lr(cfg(elastic_batch="global"), 32, 2) == (48, 1.0)  # 96 samples a step, as with three
+    assert batch_and_lr(cfg(consistency="async", exchange="auto"), 32, 1) == (32, 1.0)  # one worker's batch an update

@@ -26,6 +26,9 @@ def test_every_mode_meets_the_same_arrival_times_and_the_seed_decides():
     mixed = draw(cfg(mode="chain", spares=1, failures=["any:weibull:20s:0.7:hang"]))
     assert {f["target"] for f in mixed} <= {"ps", "replica", "evaluator", "spare"} and len({f["target"] for f in mixed}) > 1
     assert {f["kind"] for f in mixed} == {"hang"}
+    # elastic workers (async here): a worker is a target too, of any as well (the last one alive when it is due)
+    elastic = draw(cfg(mode="chain", consistency="async", workers=3, failures=["any:exp:5s"]))
+    assert "worker" in {f["target"] for f in elastic}
 
 
 @pytest.mark.parametrize("spec, needle", [

@@ -39,14 +39,16 @@ def run_processes(run_dir: Path) -> list[psutil.Process]:
 def test_worker_sigkill_ends_the_run_cleanly_and_promptly(tmp_path, consistency):
     # the worker group is fixed: the PS and the evaluator see the worker's death (ULFM) and end the run
     # at once instead of shrinking (which would wait for workers blocked in their allreduce) and hanging
+    # (async workers are elastic: the two of this run may not drop below --min-workers 2)
     out, s = run_ok(tmp_path, *SYN, "--mode", "checkpoint", "--consistency", consistency, "--duration", "60s",
-                    "--kill-worker", "3s", expect_complete=False)
+                    "--kill-worker", "3s", *(["--min-workers", "2"] if consistency == "async" else []),
+                    expect_complete=False)
     assert not s["completed"]
     assert len(s["kills"]) == 1 and s["kills"][0]["role"] == "worker1"
     reasons = [f["reason"] for f in s["failures"]]
     assert any("worker1 died" in r for r in reasons), reasons
     # and says why this run could not go on without it (psmodes/elastic.py)
-    why = "--allreduce mpi" if consistency == "sync" else "elastic async workers are not built yet"
+    why = "--allreduce mpi" if consistency == "sync" else "1 worker(s) left, fewer than --min-workers 2"
     assert any(why in r for r in reasons), reasons
     assert "watchdog" not in s["exit_reason"]
     # well before the 60 s of training it was given and the 60 s peer timeout
@@ -54,20 +56,23 @@ def test_worker_sigkill_ends_the_run_cleanly_and_promptly(tmp_path, consistency)
     assert not run_processes(out)
 
 
-@pytest.mark.parametrize("mode", ["checkpoint", "stateless"])
-def test_a_dead_worker_is_survived_and_the_ps_death_after_it_too(tmp_path, mode):
+@pytest.mark.parametrize("mode, batch", [("checkpoint", "local"), ("stateless", "global")])
+def test_a_dead_worker_is_survived_and_the_ps_death_after_it_too(tmp_path, mode, batch):
     # elastic workers (psmodes/elastic.py): worker2 dies, the others regroup and train on over psbench's MPI
     # allreduce; then the PS dies and is repaired with two workers (a synchronous repair, and stateless's
     # training through the outage), and nobody respawns the lost worker
     out, s = run_ok(tmp_path, *SYN, "--workers", "3", "--mode", mode, "--allreduce", "mpi", "--exchange", "blocking",
-                    "--duration", "12s", "--kill-worker", "3s", "--kill-ps", "7s")
+                    "--duration", "12s", "--kill-worker", "3s", "--kill-ps", "7s", "--elastic-batch", batch)
     assert [k["role"] for k in s["kills"]] == ["worker2", "ps"]
     assert [r["fault"] for r in s["recoveries"]] == [0, 1], s["recoveries"]
     assert s["recoveries"][0]["lost_steps"] == 0  # the gradient the PS may have had is reconciled, applied once
     regrouped = events(out, "regrouped")
     assert [(e["who"], e["lost"], e["size"]) for e in regrouped] == [("worker0", ["worker2"], 2)]
+    # local: two workers' batches at 2/3 of the learning rate; global: 96 samples a step, as with three
+    per_step, lr_factor = (2 * 32, 2 / 3) if batch == "local" else (2 * 48, 1.0)
+    assert regrouped[0]["lr_factor"] == round(lr_factor, 6)
     after = [e for e in events(out, "step", "worker0") if e["t"] > regrouped[0]["t"]]
-    assert after and {e["samples"] for e in after} == {2 * 32}, {e["samples"] for e in after}  # two workers' batches
+    assert after and {e["samples"] for e in after} == {per_step}, {e["samples"] for e in after}
     assert not [e for e in events(out, "start") if e["role"] == "worker2" and e.get("generation")]
     done = {e["who"]: e["digest"] for e in events(out, "done") if "digest" in e}
     assert done["worker0"] == done["worker1"] == done[next(w for w in done if w.startswith("ps"))], done
@@ -83,6 +88,57 @@ def test_a_hung_worker_is_suspected_in_the_allreduce_fenced_and_the_others_go_on
     assert hang["role"] == "worker2" and hang["fenced_s"] - hang["t_s"] < 3.0 + 1.5, hang  # --suspect-after 3 s
     assert [(e["lost"], e["size"]) for e in events(out, "regrouped")] == [(["worker2"], 2)]
     assert len(s["recoveries"]) == 1 and s["recoveries"][0]["lost_steps"] == 0
+    assert not run_processes(out)
+
+
+def test_async_workers_survive_the_leaders_death_and_the_ps_death_after_it(tmp_path):
+    # elastic async workers (psmodes/elastic.py): each survivor notices the leader's death in its own wait
+    # for the PS, shrinks it and says Hello again, and worker1 leads; then the PS dies, worker1 announces
+    # its respawn and stateless's replacement takes the hand-over of the two workers left (not of three:
+    # it would wait for the dead one's for good)
+    out, s = run_ok(tmp_path, *SYN, "--workers", "3", "--mode", "stateless", "--consistency", "async",
+                    "--duration", "12s", "--kill-worker", "3s@worker0", "--kill-ps", "7s")
+    assert [k["role"] for k in s["kills"]] == ["worker0", "ps"]
+    assert sorted({r["fault"] for r in s["recoveries"]}) == [0, 1], s["recoveries"]
+    regrouped = events(out, "regrouped")
+    assert [(e["who"], e["lost"], e["size"]) for e in regrouped] == [("worker1", ["worker0"], 2)]
+    t_ps = next(k["t_kill"] for k in events(out, "kill") if k["role"] == "ps")
+    between = [e for e in events(out, "step") if regrouped[0]["t"] < e["t"] < t_ps and e.get("applied")]
+    assert {e["who"] for e in between} == {"worker1", "worker2"}, {e["who"] for e in between}
+    applied = [e["applied_as"] for e in between]
+    assert len(applied) == len(set(applied)) > 10  # no update applied twice
+    assert [e["workers"] for e in events(out, "replayed")] == [2], events(out, "replayed")
+    assert sorted(e["who"] for e in events(out, "respawned") if e["who"].startswith("worker")) == ["worker1", "worker2"]
+    assert not [e for e in events(out, "start") if e["role"] == "worker0" and e.get("generation")]
+    assert not run_processes(out)
+
+
+def test_a_hung_bounded_worker_is_suspected_by_the_ps_fenced_and_the_others_go_on(tmp_path):
+    # bounded:1: the others are held back by the hung worker's stale version; the PS suspects it (its next
+    # gradient, a silent beacon), or the workers whose answers it holds do (their answer's route), never the PS
+    out, s = run_ok(tmp_path, *SYN, "--workers", "3", "--mode", "checkpoint", "--consistency", "bounded:1",
+                    "--duration", "10s", "--hang-worker", "3s")
+    fences = events(out, "fence", "launcher")
+    assert [f["role"] for f in fences] == ["worker2"], fences
+    assert fences[0]["what"] in ("the worker's next gradient", "the PS's answer to worker0",
+                                 "the PS's answer to worker1"), fences
+    hang = next(f for f in s["faults"] if f["kind"] == "hang")
+    assert hang["fenced_s"] - hang["t_s"] < 3.0 + 1.5, hang  # --suspect-after 3 s
+    assert [(e["lost"], e["size"]) for e in events(out, "regrouped")] == [(["worker2"], 2)]
+    assert all(e["staleness"] <= 1 for e in events(out, "step") if e.get("applied"))
+    assert not run_processes(out)
+
+
+def test_worker_failures_as_a_process_take_the_workers_down_to_the_leader(tmp_path):
+    # --failures worker:...: each failure kills the last worker alive; one due when only the leader is
+    # left is skipped and recorded, and the run completes with the leader alone (--min-workers 1)
+    out, s = run_ok(tmp_path, *SYN, "--workers", "3", "--mode", "chain", "--consistency", "async",
+                    "--duration", "12s", "--failures", "worker:exp:3s", "--failure-seed", "38")
+    assert len(s["failure_schedule"]) == 3, s["failure_schedule"]  # at 2.8, 6.4 and 8.6 s
+    assert [k["role"] for k in s["kills"]] == ["worker2", "worker1"], s["kills"]
+    assert len(events(out, "fault_skipped", "launcher")) == len(s["failure_schedule"]) - 2
+    assert [(e["lost"], e["size"]) for e in events(out, "regrouped")] == [(["worker2"], 2), (["worker1"], 1)]
+    assert s["ettr"] is not None
     assert not run_processes(out)
 
 

@@ -165,7 +165,8 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
     restarts = [e for e in by("restart") if e["who"] == "launcher"]
     # a job that ended for a whole-job restart failed on purpose: only the last job's failures count
     failed = [e for e in by("failed") if not restarts or e["t"] > restarts[-1]["t_restart"]]
-    done = [e for e in by("done") if e["who"] == "worker0" and e.get("completed")]
+    # any worker's: in an elastic async run the leader may have died (psmodes/elastic.py)
+    done = [e for e in by("done") if e["who"].startswith("worker") and e.get("completed")]
     # the first non-finite value any process saw (psmodes/divergence.py): never a completed run
     diverged = next(iter(by("diverged")), None)
     completed = bool(done) and bool(finals) and not failed and diverged is None

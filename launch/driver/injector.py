@@ -48,8 +48,9 @@ class Injector:
     ``faults``: every record of a fault sent (kills, hangs, slow phases), in order."""
 
     def __init__(self, run_dir: Path, points: list[Point], log, kill_via: str = "auto",
-                 slow_factor: float = 4.0, peer_host: str | None = None) -> None:
+                 slow_factor: float = 4.0, peer_host: str | None = None, workers: int = 0) -> None:
         self.run_dir = Path(run_dir)
+        self.n_workers = workers  # a worker failure waits until every worker wrote its pid file
         self.peer_host = peer_host  # a partition cuts the target's host off from this one (the launcher's)
         self.kill_via = kill_via
         self.slow_factor = slow_factor
@@ -277,7 +278,13 @@ class Injector:
                 return
         elif not point.due(elapsed, step):
             return
-        info = self._waiting_spare() if point.target == "spare" else read_pid_file(self.run_dir, point.target)
+        if point.target == "worker":  # --failures worker:...: the last worker alive, never the leader
+            info = self._last_worker(point)
+            if info is None:
+                return
+            point.target = info["role"]
+        else:
+            info = self._waiting_spare() if point.target == "spare" else read_pid_file(self.run_dir, point.target)
         if info is None or (info["pid"], info["host"]) in self.killed or (
                 is_local(info["host"]) and not alive(int(info["pid"]))):  # a remote pid cannot be checked here
             return  # no live target yet (e.g. the replacement is still starting): try again next poll
@@ -294,6 +301,24 @@ class Injector:
             if role.startswith("spare") and key not in busy and key not in self.killed and (
                     not is_local(info["host"]) or alive(int(info["pid"]))):
                 return info
+        return None
+
+    def _last_worker(self, point: Point) -> dict | None:
+        """The live worker of the highest index, for a worker failure that is due, unless it is the only one
+        left (the leader). None: not every worker has started yet, or only the leader is left: then the
+        failure is skipped and recorded (workers are never replaced) and the failures after it go on."""
+        workers = sorted(((int(role[len("worker"):]), role, info) for role, info in pid_files(self.run_dir)
+                          if role.startswith("worker")), reverse=True)
+        if len(workers) < self.n_workers:
+            return None  # a worker that has not written its pid file yet
+        live = [(role, info) for _, role, info in workers if (info["pid"], info["host"]) not in self.killed
+                and (not is_local(info["host"]) or alive(int(info["pid"])))]
+        if len(live) > 1:
+            role, info = live[0]
+            return {**info, "role": role}
+        self.points.pop(0)
+        self.log.emit("fault_skipped", kind=point.kind, target="worker", at=point.spec,
+                      reason="no worker but the leader is left")
         return None
 
     def _fire(self, info: dict, point: Point, elapsed, step, extra: dict | None = None) -> None:

@@ -110,7 +110,7 @@ def run_job(cfg: RunConfig, quiet: bool = False, tick=None, report: bool = True)
     (run_dir / "command.txt").write_text(shlex.join(cmd) + "\n")
     log = EventLog(run_dir, "launcher")
     injector = Injector(run_dir, plan_of(cfg).fresh_points(), log, cfg.kill_via, cfg.slow_factor,
-                        peer_host=next((h for _, h in placement.ranks if is_local(h)), None))
+                        peer_host=next((h for _, h in placement.ranks if is_local(h)), None), workers=cfg.workers)
     deadline = cfg.resolved_deadline()
     log.emit("launch", command=cmd, deadline_s=deadline, argv=sys.argv, placement=placement.to_dict())
     measure_offsets(cfg, placement, log)
@@ -238,7 +238,7 @@ class Watch:
         self.failed_at = None
         self.ranks = Ranks()
         self.all_left_at = None
-        self.finished_at = None  # when the leader's done (completed) was seen
+        self.finished_at = None  # when a worker's done (completed) was seen (the leader may have died)
 
     def _poll(self) -> None:
         for e in self.tail.new():
@@ -249,7 +249,7 @@ class Watch:
                 self.step = e["version"]
             elif e["ev"] == "failed" and self.failed_at is None:
                 self.failed_at = time.time()
-            elif e["ev"] == "done" and e["who"] == "worker0" and e.get("completed"):
+            elif e["ev"] == "done" and e["who"].startswith("worker") and e.get("completed"):
                 self.finished = True
                 self.finished_at = self.finished_at or time.time()
             elif e["ev"] == "killpoint":  # a rank stopped itself at a test kill point: kill it there

@@ -157,8 +157,8 @@ def add_chaos_parser(sub) -> None:
                    help="--refill-spares in trials with spares (sync only): never, drawn (half of them) or always")
     # not drawn by default, so that a seed draws the trials it drew before elastic workers existed
     p.add_argument("--worker-faults", choices=("never", "drawn"), default="never",
-                   help="drawn: half the sync trials also kill or hang the last worker, over --allreduce mpi and "
-                   "the blocking exchange, where the others must go on without it (psmodes/elastic.py)")
+                   help="drawn: half the trials also kill or hang the last worker (sync ones over --allreduce mpi "
+                   "and the blocking exchange), where the others must go on without it (psmodes/elastic.py)")
     p.add_argument("--tolerance", type=float, default=ACCURACY_TOLERANCE,
                    help="largest drop of the workload's metric allowed after recovery (checkpoint, chain): "
                    "accuracy lost, or perplexity gained")
@@ -239,8 +239,7 @@ def plan_trials(a: argparse.Namespace) -> list[Trial]:
             if cfg.workers_apply:  # auto made it pipelined: half the trials run the blocking exchange
                 cfg.exchange = exchange.choice(["pipelined", "blocking"])
             worker = random.Random(f"{a.seed}/{mode}/{i}/worker")  # its own draw, as the node's
-            if a.worker_faults == "drawn" and cfg.consistency == "sync" and cfg.workers > 1 \
-                    and not cfg.dies_with_ps and worker.random() < 0.5:
+            if a.worker_faults == "drawn" and cfg.workers > 1 and not cfg.dies_with_ps and worker.random() < 0.5:
                 _draw_worker_fault(cfg, worker, duration, "hang" in kinds)
             trials.append(trial)
     return trials
@@ -285,8 +284,10 @@ def _draw_replica_hangs(cfg: RunConfig, rng: random.Random) -> None:
 
 def _draw_worker_fault(cfg: RunConfig, rng: random.Random, duration: float, hangs: bool) -> None:
     """The last worker killed, or (``hangs``: half the time) hung until fenced, in a run whose workers are
-    elastic: psbench's MPI allreduce and the blocking exchange (psmodes/elastic.py)."""
-    cfg.allreduce, cfg.exchange = "mpi", "blocking"
+    elastic (psmodes/elastic.py): async and bounded, and sync over psbench's MPI allreduce and the blocking
+    exchange."""
+    if not cfg.is_async:
+        cfg.allreduce, cfg.exchange = "mpi", "blocking"
     spec = f"{round(rng.uniform(0.1, 0.7) * duration, 2)}s"
     (cfg.hang_worker if hangs and rng.random() < 0.5 else cfg.kill_worker).append(spec)
 

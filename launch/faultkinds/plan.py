@@ -22,7 +22,7 @@ from .registry import KINDS, OPTIONS
 
 _STEP = re.compile(r"^step:(\d+)$")
 _PERCENT = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)\s*%$")
-_REPLICA = re.compile(r"^(.*)@replica(\d+)$")
+_AT_ROLE = re.compile(r"^(.*)@(replica|worker)(\d+)$")
 PARSES = 0  # plans parsed in this process: a run parses its plan once (tests/test_fault_kinds.py)
 
 
@@ -72,11 +72,13 @@ def _plan(inputs: _Inputs) -> FaultPlan:
     points = []
     for o in OPTIONS:
         kind = next(k for k in KINDS.values() if o in k.options)
+        option = f"--{o.field.replace('_', '-')}"
         if o.target == "replica":
-            points += _replica_points(inputs.n_replicas, specs[o.field], d, kind.name, f"--{o.field.replace('_', '-')}")
+            points += _role_points("replica", range(1, inputs.n_replicas + 1), specs[o.field], d, kind.name, option)
+        elif o.target == "worker":
+            points += _role_points("worker", range(inputs.workers), specs[o.field], d, kind.name, option)
         else:
-            target = f"worker{inputs.workers - 1}" if o.target == "worker" else o.target
-            points += parse_points(specs[o.field], target, d, kind.name)
+            points += parse_points(specs[o.field], o.target, d, kind.name)
     points += _failure_points([dict(f) for f in inputs.failure_schedule], inputs.n_replicas)
     points.sort(key=lambda p: (p.at_s if p.at_s is not None else float("inf"), p.at_step or 0))
     return FaultPlan(tuple(points))
@@ -151,16 +153,18 @@ def _split_length(part: str, length: str, option: str) -> tuple[str, float | Non
     return at.strip(), parse_duration(dur.strip(), f"{option} {part!r}: the length")
 
 
-def _replica_points(n_replicas: int, specs, duration_s, kind: str, option: str) -> list[Point]:
+def _role_points(kind_of_role: str, indices: range, specs, duration_s, kind: str, option: str) -> list[Point]:
     """``--kill-replica`` / ``--hang-replica`` points: at the tail, or ``AT@replicaN`` at replica N of the
-    chain (1 = the head's successor), whoever holds that place when the point is due."""
+    chain (1 = the head's successor), whoever holds that place when the point is due. ``--kill-worker`` /
+    ``--hang-worker``: the last worker, or ``AT@workerN`` (worker0: the leader)."""
     by_target: dict[str, list[str]] = {}
     for spec in specs:
         for part in str(spec).split(","):
-            m = _REPLICA.match(part.strip())
-            if m and not 1 <= int(m.group(2)) <= n_replicas:
-                raise ConfigError(f"{option} {part.strip()!r}: the chain has replica1 to replica{n_replicas}")
-            at, target = (m.group(1), f"replica{m.group(2)}") if m else (part, f"replica{n_replicas}")
+            m = _AT_ROLE.match(part.strip())
+            if m and (m.group(2) != kind_of_role or int(m.group(3)) not in indices):
+                raise ConfigError(f"{option} {part.strip()!r}: the run has {kind_of_role}{indices[0]} to "
+                                  f"{kind_of_role}{indices[-1]}")
+            at, target = (m.group(1), f"{kind_of_role}{m.group(3)}") if m else (part, f"{kind_of_role}{indices[-1]}")
             by_target.setdefault(target, []).append(at)
     return [p for target, parts in by_target.items() for p in parse_points(parts, target, duration_s, kind)]
 
@@ -168,7 +172,7 @@ def _replica_points(n_replicas: int, specs, duration_s, kind: str, option: str) 
 def _failure_points(schedule: list[dict], n_replicas: int) -> list[Point]:
     """The ``--failures`` of a run as points at their times: the schedule the config's validation drew
     once and recorded. A replica's is the tail's; a spare's is whichever spare still waits when it is
-    due (``spare``). A kind the registry does not let a failure process draw: one line."""
+    due (``spare``), a worker's the last worker alive then but the leader (``worker``). A kind the registry does not let a failure process draw: one line."""
     role = {"replica": f"replica{n_replicas}"}
     points = []
     for f in schedule:
@@ -176,6 +180,9 @@ def _failure_points(schedule: list[dict], n_replicas: int) -> list[Point]:
         if kind is None or not kind.failure_process:
             allowed = ", ".join(n for n, k in KINDS.items() if k.failure_process)
             raise ConfigError(f"--failures {f['spec']}: unknown kind {f['kind']!r}; choose one of: {allowed}")
+        if f["target"] == "worker" and not any(o.target == "worker" for o in kind.options):
+            allowed = ", ".join(n for n, k in KINDS.items() if any(o.target == "worker" for o in k.options))
+            raise ConfigError(f"--failures {f['spec']}: a worker cannot fail by {f['kind']}; choose one of: {allowed}")
         points.append(Point(role.get(f["target"], f["target"]), f["t_s"], None, f"{f['t_s']:g}s ({f['spec']})",
                             kind=f["kind"]))
     return points
