@@ -149,7 +149,13 @@ class AsyncWorker(Worker):
             handover_s = self.mode.send_handover(self, vectors, suspect)
         suspect.done()
         version_before = self.version
-        reply = self._receive_weights(ctx.outage_timeout, "worker waits for the PS")
+        # the answer: a replacement that waits for every hand-over is suspected only once its beacon is silent
+        # too; without the wait's suspicion, a PS hung before it answered the Hellos after a respawn was waited
+        # for until the peer timeout (psbench chaos over two hosts, bounded:2 chain R=2, trial-026)
+        suspect = Suspicion(ctx, c.ps, f"the PS's answer to worker{self.index}'s hello", silent_only=handover,
+                            route=self._held_by())
+        reply = self._receive_weights(ctx.outage_timeout, "worker waits for the PS", suspect)
+        suspect.done()
         if handover:
             self.mode.handed_over(self, len(vectors), handover_s)
         self.pending = False

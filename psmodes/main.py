@@ -107,7 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - record, then take the job down instead of hanging peers
         from .transport import PeerTimeout
 
-        ctx.log.emit(Ev.FAILED, reason=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
+        from . import stacks
+
+        # a wait that timed out on a live peer: where the others stood is the evidence (their stacks)
+        dumped = stacks.dump_peers(ctx.cfg.run_dir) if isinstance(exc, PeerTimeout) else []
+        ctx.log.emit(Ev.FAILED, reason=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(),
+                     **({"stacks_of": dumped} if dumped else {}))
         print(f"psbench[{name}]: {type(exc).__name__}: {exc}", file=sys.stderr)
         if not isinstance(exc, PeerTimeout):
             traceback.print_exc()

@@ -43,6 +43,38 @@ def running(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] not in ("T", "t", "Z", "X")
 
 
+def dump_peers(run_dir: str | Path) -> list[str]:
+    """Ask every other running rank of this host to dump its stacks (a rank whose wait timed out does this
+    before the job is taken down: seen in psbench chaos, a promoted head waited 62 s for the evaluator to
+    take its final snapshot and nothing said where the evaluator stood). Returns the roles asked."""
+    from .pidfiles import pid_files
+
+    host, asked = socket.gethostname(), []
+    for role, info in pid_files(run_dir):
+        pid = int(info["pid"])
+        if info.get("host") == host and pid != os.getpid() and running(pid) and _of_this_run(pid, run_dir):
+            try:
+                os.kill(pid, SIGNAL)
+                asked.append(role)
+            except ProcessLookupError:
+                continue
+    if asked:
+        import time
+
+        time.sleep(DUMP_WAIT_S)
+    return asked
+
+
+def _of_this_run(pid: int, run_dir: str | Path) -> bool:
+    """Whether ``pid`` is a rank of this run (a pid file outlives its process, and the pid may be reused: the
+    signal's default action would kill a stranger)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
+    return "psmodes.main" in cmdline and (str(run_dir) in cmdline or str(Path(run_dir).resolve()) in cmdline)
+
+
 def dump_of(run_dir: str | Path, host: str, pid: int, limit: int = 4000) -> str | None:
     """The dump a process wrote, if any (its first ``limit`` characters)."""
     try:

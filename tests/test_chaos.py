@@ -245,3 +245,21 @@ def test_a_hang_behind_another_hang_is_timed_from_that_ones_fence(tmp_path):
     assert any("fenced after 5.95 s" in b for b in late), late
     much_later = check_trial(cfg, _summary(faults=[head, {**replica, "fenced_s": 11.0}]), 20)
     assert any("fenced after 7.94 s" in b for b in much_later), much_later
+
+
+def test_a_hang_on_a_cut_off_host_is_timed_from_the_cut_or_the_fence_it_waited_for(tmp_path):
+    """psbench chaos over two hosts (seed 46, at ac07ae6): chain trial-015, the PS hung 0.6 s into a 1.8 s cut
+    of its host (its answers sent before the hang arrived when the link came back) and was fenced 3.5 s
+    after the link was back; chain trial-019, replica1 hung while the PS's host was cut off for 4.8 s, and
+    only the shrink after the PS's fence found it, 3.1 s after that fence. Both in time; alone, late."""
+    from launch.experiments.chaos import check_trial
+
+    cfg, _ = _trial(tmp_path, "checkpoint")  # --suspect-after 3 s
+    cut = {"kind": "partition", "planned": True, "t_s": 2.279, "for_s": 1.8, "role": "ps", "pid": 7, "host": "nodeb"}
+    hung = {**HANG, "t_s": 2.893, "for_s": None, "fenced_s": 7.6, "host": "nodeb"}
+    assert check_trial(cfg, _summary(faults=[cut, hung]), 20) == []
+    assert any("fenced after 4.71 s" in b for b in check_trial(cfg, _summary(faults=[hung]), 20))
+    long_cut = {**cut, "t_s": 1.36, "for_s": 4.8, "fenced_s": 6.495}
+    replica = {**HANG, "t_s": 2.577, "for_s": None, "fenced_s": 9.629, "role": "replica1", "pid": 9, "host": "nodea"}
+    assert check_trial(cfg, _summary(faults=[long_cut, replica]), 20) == []
+    assert any("fenced after 7.05 s" in b for b in check_trial(cfg, _summary(faults=[replica]), 20))

@@ -279,3 +279,56 @@ def test_a_running_suspect_leaves_its_stacks_in_the_fence_event(tmp_path):
         for proc in (running, stopped):
             proc.kill()
             proc.wait()
+
+
+def test_a_fence_still_on_its_way_when_training_completes_is_withdrawn(tmp_path):
+    """A fence to another host waits for its ssh (the host may be cut off); once a worker says training
+    completed, the suspect finished the run: the fence is withdrawn, its ssh killed, and nothing is
+    SIGKILLed (launch/driver/injector.py training_over)."""
+    from launch.driver.injector import Injector
+    from psmodes.events import EventLog
+
+    target = subprocess.Popen(["sleep", "60"])
+    inj = Injector(tmp_path, [], EventLog(tmp_path, "launcher"))
+    ssh = subprocess.Popen(["sleep", "60"], start_new_session=True)  # an ssh that waits for a cut link
+    key = (target.pid, "elsewhere")
+    inj.fencing[key] = {"suspect": {"pid": target.pid, "host": "elsewhere", "role": "ps", "who": "worker0"},
+                        "attempt": 1, "proc": ssh, "t": time.time(), "retry_at": 0.0, "probe": None,
+                        "started": time.monotonic()}
+    try:
+        inj.training_over()
+        assert ssh.wait(5) == -signal.SIGKILL and target.poll() is None and not inj.fencing and not inj.fenced
+        refused = [json.loads(line) for line in (tmp_path / "events" / "launcher.jsonl").read_text().splitlines()]
+        assert [e["reason"] for e in refused if e["ev"] == "fence_refused"] == [
+            "training completed before the fence landed: the suspect finished the run"]
+    finally:
+        target.kill()
+        target.wait()
+
+
+def test_a_rank_whose_wait_timed_out_has_the_others_dump_their_stacks(tmp_path):
+    """psmodes/stacks.py dump_peers: the ranks of this run on this host write their stacks; a process that
+    is not one of the run's (a pid file's pid reused by a stranger) is not signalled: SIGUSR1 would kill it."""
+    import socket
+
+    from psmodes import stacks
+
+    code = ("import sys, time  # psmodes.main\nfrom psmodes import stacks\nstacks.register(sys.argv[1])\n"
+            "def waiting_for_a_snapshot():\n    print('ready', flush=True)\n    time.sleep(60)\n"
+            "waiting_for_a_snapshot()\n")
+    rank = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    stranger = subprocess.Popen(["sleep", "60"])
+    try:
+        assert rank.stdout.readline().strip() == "ready"
+        (tmp_path / "pids").mkdir(exist_ok=True)
+        for role, proc in (("evaluator", rank), ("spare0", stranger)):
+            (tmp_path / "pids" / f"{role}.json").write_text(json.dumps(
+                {"pid": proc.pid, "host": socket.gethostname(), "rank": 1, "role": role, "generation": 0}))
+        assert stacks.dump_peers(tmp_path) == ["evaluator"]
+        assert "waiting_for_a_snapshot" in stacks.dump_of(tmp_path, socket.gethostname(), rank.pid)
+        assert stranger.poll() is None and rank.poll() is None
+    finally:
+        for proc in (rank, stranger):
+            proc.kill()
+            proc.wait()

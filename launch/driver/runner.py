@@ -252,6 +252,7 @@ class Watch:
             elif e["ev"] == "done" and e["who"].startswith("worker") and e.get("completed"):
                 self.finished = True
                 self.finished_at = self.finished_at or time.time()
+                self.injector.training_over()
             elif e["ev"] == "killpoint":  # a rank stopped itself at a test kill point: kill it there
                 self.injector.stopped_at(e)
             elif e["ev"] == "suspect":  # a rank waited past --suspect-after for this process: fence it

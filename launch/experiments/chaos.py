@@ -483,9 +483,17 @@ def check_faults(cfg: RunConfig, summary: dict, outside_kills: list[int] = (),
             # what would have waited on it may be the other one (a replica hung 0.2 s after its hung head
             # is found by the repair's shrink, --suspect-after after the head's fence; psbench chaos,
             # hybrid, seed 46, trial-001)
-            behind = max([h["fenced_s"] - f["t_s"] for h in faults if h is not f and h["kind"] == "hang"
+            # so does one behind a host cut off and fenced for it (over two hosts, chain trial-019: a replica hung
+            # while the PS's host was cut off; only the shrink after the PS's fence could find it)
+            behind = max([h["fenced_s"] - f["t_s"] for h in faults if h is not f and h["kind"] in ("hang", "partition")
                           and h.get("fenced_s") is not None and h["t_s"] <= f["t_s"] < h["fenced_s"]] + [0.0])
-            if took is None or took > suspect + FENCE_MARGIN_S + max(cold, behind):
+            # a hang on a host that is cut off cannot be told from the cut until the link is back: the waits that
+            # would find it wait for the link first (chain trial-015: the PS hung 0.6 s into a 1.8 s cut, its
+            # answers sent before the hang arrived when the link came back)
+            cut = max([p["t_s"] + p["for_s"] - f["t_s"] for p in faults if p["kind"] == "partition"
+                       and p.get("host") == f.get("host") and p.get("for_s")
+                       and p["t_s"] <= f["t_s"] < p["t_s"] + p["for_s"]] + [0.0])
+            if took is None or took > suspect + FENCE_MARGIN_S + max(cold, behind, cut):
                 bad.append(f"hang: the hang at {f['t_s']} s was " + ("never fenced" if took is None else
                            f"fenced after {took:.2f} s") + f" (--suspect-after {suspect:g}s)")
     for f in faults:
