@@ -303,8 +303,8 @@ class RunConfig:
                                  "took roles, spawn new ones (training waits for their MPI_Init; their set-up "
                                  "runs meanwhile)", group="recovery")
     min_workers: int = option(1, "--min-workers", "a worker's death is survived (async and bounded; sync with "
-                              "--allreduce mpi --exchange blocking, not the leader's: psmodes/elastic.py) while at "
-                              "least N workers are left; below, the run ends cleanly", group="recovery",
+                              "--allreduce mpi --exchange blocking: psmodes/elastic.py) while at least N workers are "
+                              "left; below, the run ends cleanly", group="recovery",
                               check=positive_int)
     elastic_batch: str = option("local", "--elastic-batch", "sync, once a worker is lost: local keeps each "
                                 "worker's batch and scales the learning rate with the workers left (the linear "

@@ -136,6 +136,7 @@ class Context:
         t_detect = t_detect or time.time()
         workers = [r for r in self.failed_roles() if r.kind == "worker"]
         left = self.workers_left - len(workers)
+        # whether the PS holds the state after the shrink (a chain promotes a replica) is decided after it
         if (reason := elastic.why_the_run_ends(self.cfg, workers, left)) is not None:
             # said before the shrink, which would wait for workers that may be blocked in their allreduce
             self.log.emit(Ev.DETECT, via=via, error=str(exc), t_detect=t_detect, dead=[r.label for r in workers],
@@ -152,7 +153,7 @@ class Context:
                       dead=[r.label for r in dead], role=self.cluster.me.label, rank=self.cluster.rank)
         # a worker that died in the shrink itself (known to nobody before it)
         lost = [r for r in dead if r.kind == "worker"]
-        if (reason := elastic.why_the_run_ends(self.cfg, lost, self.workers_left)):
+        if (reason := elastic.why_the_run_ends(self.cfg, lost, self.workers_left, self.cluster.ps is not None)):
             raise RunFailed(f"{reason} ({exc})")
         self.mode.on_shrink(self.cluster, dead)  # RunFailed when no copy of the PS state survives
         if self.cluster.leader is None:

@@ -3,12 +3,16 @@ made again without it.
 
 A worker holds nothing the PS lacks, so the survivors only have to agree that it is gone and average
 over the ones left. What is built: a worker dies (SIGKILL, a hang fenced, or a crash nobody injected),
-in sync one that is not the leader.
+the leader too.
 
 - Sync: every survivor of the world shrinks it (the PS, replicas, evaluator and spares notice the death
   in their own waits; the workers are told by the leader's control header, ``ACT_REGROUP``); the
   workers shrink their own communicator, psbench's MPI allreduce goes on over it, and the leader says
   Hello to the PS again (a gradient it had sent is reconciled as after a PS death: applied once).
+  When the leader dies, the others see it in their wait for its control header; after the shrinks the
+  worker of the lowest index left leads (``Cluster.leader``) from the version every worker holds (the
+  last header's) and says Hello without a pending gradient: the PS answers with its weights, so a
+  gradient the dead leader had sent is applied once (the PS is a version ahead) or not at all.
 - Async and bounded: every worker waits for the PS's answer with an ANY_SOURCE receive, which ULFM
   fails at any member's death, so each survivor notices it itself, joins the world's shrink and says
   Hello again, as after any repair (psmodes/async_worker.py). The PS starts its bookkeeping afresh, so
@@ -28,8 +32,8 @@ Not built yet, so such a death still ends the run cleanly, with a reason that sa
   background loop (docs/openmpi.md item 14). Elastic runs use ``--allreduce mpi``.
 - sync with the pipelined exchange (its gradient in flight and the gradient every worker holds would have to be
   reconciled with a group that changed under them): ``--exchange blocking``;
-- in sync, the leader's own death (worker0: the announcements, the exchange and hybrid's upstream
-  backup are its alone);
+- in sync, the leader's death in hybrid (the upstream backup of the updates the tail lacks was its
+  alone) or while the PS is down (the repair under way: its timing, a stateless buffer);
 - replacements: a lost worker is not spawned again, nor taken by a spare (``Cluster.missing``).
 
 The decision is a pure function of the configuration and the roles the shrink agreed on, the same on
@@ -54,17 +58,33 @@ def unsupported(cfg) -> str | None:
     return None
 
 
-def why_the_run_ends(cfg, lost: list[Role], workers_left: int) -> str | None:
-    """Why losing the workers ``lost`` ends the run, with ``workers_left`` workers left (None: it goes on)."""
+def why_the_run_ends(cfg, lost: list[Role], workers_left: int, ps_up: bool = True) -> str | None:
+    """Why losing the workers ``lost`` ends the run, with ``workers_left`` workers left (None: it goes on).
+    ``ps_up``: a PS holds the state now (a chain's promoted head does), not a repair under way."""
     if not lost:
         return None
     names = ", ".join(r.label for r in lost)
     reason = unsupported(cfg)
     if reason is None and not cfg.is_async and any(r.index == 0 for r in lost):
-        reason = "the leader's (worker0's) death is not survived yet in sync consistency"
+        reason = leader_death_unsupported(cfg, ps_up)
     if reason is None and workers_left < cfg.min_workers:
         reason = f"{workers_left} worker(s) left, fewer than --min-workers {cfg.min_workers}"
     return None if reason is None else f"{names} died; {reason}, so the run ends"
+
+
+# the sync leader's deaths not survived (psbench chaos reads them: a run they end broke no promise)
+LEADER_HYBRID = "hybrid: the upstream backup of the updates the tail lacks was the leader's (worker0's) alone"
+LEADER_PS_DOWN = "the PS was down: the repair under way (its timing, a stateless buffer) was the leader's alone"
+
+
+def leader_death_unsupported(cfg, ps_up: bool) -> str | None:
+    """Sync: why the leader's death cannot be survived (None: the next worker leads and says Hello to the PS,
+    which answers with its weights, so a gradient the dead leader had sent is applied once or not at all)."""
+    if cfg.mode == "hybrid":
+        return LEADER_HYBRID
+    if not ps_up:
+        return LEADER_PS_DOWN
+    return None
 
 
 def batch_and_lr(cfg, batch_size: int, workers_left: int) -> tuple[int, float]:

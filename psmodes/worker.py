@@ -90,6 +90,7 @@ class InFlight:
 class Worker:
     def __init__(self, ctx: Context, worker_comm: MPI.Intracomm) -> None:
         self.ctx = ctx
+        self._leader_of: list | None = None  # the roles list self.leader was decided for
         self.mode = ctx.mode
         cfg = ctx.cfg
         self.slowest_answer_s = 0.0  # the longest exchange with a live PS (sync: the leader's)
@@ -104,6 +105,7 @@ class Worker:
         torch.manual_seed(cfg.seed * 1009 + self.index + 1)  # dropout differs per worker, reproducibly
         self.x, self.y = ctx.workload.load_train(cfg)
         self.batches = shard_batches(len(self.y), self.index, cfg.workers, ctx.batch_size, cfg.seed)
+        self.batch, self.drawn = ctx.batch_size, 0  # this worker's batch, and the batches drawn from these shards
         # sync averages gradients over the workers; async workers push their own
         # Horovod: overlap the allreduces with backward, unless a --slow-worker must be waited for
         # after its sleep (its hooks would hand its gradients over before it); on a GPU only with
@@ -189,9 +191,12 @@ class Worker:
     @property
     def leader(self) -> bool:
         """Whether this worker leads (announcements, and in sync the exchange with the PS): worker0, or the
-        worker of the lowest index left once the leader died (async: psmodes/elastic.py)."""
+        worker of the lowest index left once the leader died (psmodes/elastic.py). Decided again only when a
+        repair gave the world new roles (a new list): it is read several times a step."""
         c = self.ctx.cluster
-        return c.leader == c.rank
+        if self._leader_of is not c.roles:
+            self._leader_of, self._is_leader = c.roles, c.leader == c.rank
+        return self._is_leader
 
     # ---- one step's pieces
     def _use_slot(self, k: int) -> None:
@@ -210,6 +215,7 @@ class Worker:
             # the other slot, whose gradient was answered before the last one was posted
             self._use_slot(1 - self.slot)
         idx = next(self.batches)
+        self.drawn += 1
         inputs = self.ctx.workload.to_inputs(self.x[idx]).to(self.ctx.device, non_blocking=True)
         target = torch.from_numpy(self.y[idx]).to(self.ctx.device, non_blocking=True)
         loss = self.loss_fn(self.flat.model(inputs), target)
@@ -319,17 +325,34 @@ class Worker:
         (``self.group``), a fresh shuffle the same on every survivor, with the batch ``--elastic-batch`` gives
         (psmodes/elastic.py; the learning rate follows by itself: Context.lr); the leader records the regroup."""
         ctx = self.ctx
+        epoch = self._epoch_cut(len(self.group) + len(lost))
         self.regroups += 1
         rank, size = self.group.index(self.index), len(self.group)
         batch, lr_factor = elastic.batch_and_lr(ctx.cfg, ctx.batch_size, size)
         self.batches = shard_batches(len(self.y), rank, size, batch, ctx.cfg.seed + 7919 * self.regroups)
+        self.batch, self.drawn = batch, 0
         if not ctx.cfg.is_async:  # async: every worker's step is its own batch
             self.samples_per_step = batch * size
         if self.leader:
             ctx.log.emit(Ev.REGROUPED, workers=[f"worker{i}" for i in self.group],
                          lost=[f"worker{i}" for i in lost], size=size, batch=batch, lr_factor=round(lr_factor, 6),
-                         seconds=round(time.perf_counter() - self.t_group_lost, 4) if self.t_group_lost else None)
+                         seconds=round(time.perf_counter() - self.t_group_lost, 4) if self.t_group_lost else None,
+                         **epoch)
         self.t_group_lost = 0.0
+
+    def _epoch_cut(self, old_size: int) -> dict:
+        """Sync: the data epoch the regroup cuts short (its samples; those the group had drawn, the step the
+        death voided included; those it skipped: the survivors start a new epoch over their new shards at
+        once, so no sample is seen twice in one). The workers of a sync group draw their batches in lockstep, so the leader's count is every
+        worker's. Async: each worker moves through its shard at its own pace, and the dead one's position
+        died with it: not accounted for ({})."""
+        if self.ctx.cfg.is_async:
+            return {}
+        shard = len(range(0, len(self.y), old_size))  # the largest shard; the others have one sample less at most
+        per_epoch = max(1, shard // self.batch)
+        epoch = per_epoch * self.batch * old_size
+        seen = (self.drawn % per_epoch) * self.batch * old_size
+        return {"epoch_samples": epoch, "epoch_seen": seen, "epoch_skipped": epoch - seen}
 
     def _send_ctrl(self, ctrl: Control, skip: set[int] = frozenset()) -> list:
         """The leader posts the header ``ctrl`` to every other worker but the ranks ``skip`` (its buffer is
@@ -354,10 +377,39 @@ class Worker:
             reqs = self._send_ctrl(self.ctrl)
         else:
             reqs = [comm.Irecv(self.ctrl_buf, 0, tp.TAG_CTRL)]
-        tp.wait(reqs, timeout, "control header", poll=tp.SHORT_POLL)
+        try:
+            tp.wait(reqs, timeout, "control header", poll=tp.SHORT_POLL)
+        except tp.PeerFailed as exc:
+            if self.leader or not self.elastic:
+                raise
+            self._leader_lost(exc)  # the header's sender, the leader, died
+            return self._sync_ctrl()  # from the new leader, or as the new leader
         if not self.leader:
             self.ctrl = Control.from_header(self.ctrl_buf)
         return self.ctrl
+
+    def _leader_lost(self, exc: tp.PeerFailed) -> None:
+        """Elastic, sync: the leader died (psmodes/elastic.py says when that is survived). Every survivor
+        shrinks the world and the workers' group; the worker of the lowest index left leads (Cluster.leader)
+        from the version all workers hold (the last header's) and says Hello to the PS without a pending
+        gradient. The PS answers with its weights, so a gradient the dead leader had sent is applied once
+        (the PS is one version ahead: the workers take its weights) or not at all."""
+        ctx = self.ctx
+        self.t_group_lost = self.t_group_lost or time.perf_counter()
+        ctx.log.emit(Ev.DETECT, via=f"worker{self.index}", error=str(exc), t_detect=time.time(),
+                     dead=[r.label for r in ctx.failed_roles() if r.kind == "worker"], version=self.ctrl.version,
+                     role=f"worker{self.index}")
+        ctx.after_failure(exc, via=f"worker{self.index}")  # RunFailed where the run cannot go on
+        self._regroup()
+        if not self.leader:
+            return
+        self.version, self.t0_ms = self.ctrl.version, self.ctrl.t0_ms
+        self.ps_up, self.pending, self.in_flight = True, False, None
+        if self.outage is None:  # the group's outage, to the first update after the takeover (RECOVERED)
+            self.outage = Outage(t_start=time.time(), t_detect=time.time(), version=self.version)
+        if self.repair_due is None and not ctx.refill_expected():
+            ctx.announce(ACTION_NONE)  # nothing to spawn: complete the survivors' wait for the announcement
+        self._connect_and_steer(pending=False)
 
     def _send_ctrl_elastic(self) -> None:
         """The leader's header in an elastic run: a send that fails is a worker's death (the others have the

@@ -54,6 +54,8 @@ def test_plan_is_reproducible_and_valid(tmp_path):
     hit = [t for t in mixed if t.cfg.kill_worker or t.cfg.hang_worker]
     assert {t.cfg.consistency for t in hit} == {"sync", "async"}  # async workers are elastic over anything
     assert all(t.cfg.is_async or (t.cfg.allreduce, t.cfg.exchange) == ("mpi", "blocking") for t in hit)
+    leaders = [t for t in hit if any(f.endswith("@worker0") for f in t.cfg.kill_worker + t.cfg.hang_worker)]
+    assert 0 < len(leaders) < len(hit) and all(t.cfg.mode != "hybrid" for t in leaders)
     only = plan_trials(_args(seed=4, out=tmp_path / "d", kinds="pause"))
     assert all(not t.cfg.kill_ps or t.cfg.kill_ps[-1].startswith("+") for t in only)
     assert any("~" in h for t in only for h in t.cfg.hang_ps)

@@ -76,6 +76,32 @@ def test_a_death_never_recovered_is_outage_to_the_end(tmp_path):
     assert ettr(0.0, 0.0, 0, None) is None
 
 
+def test_a_short_group_counts_its_lost_capacity_and_its_smaller_updates(tmp_path):
+    """Three workers (96 samples an update, every 0.1 s); worker2 dies at 4 s and the group is made again
+    at 4.1 s, with the first update after it at 4.2 s (0.2 s of outage); from then on two workers (64
+    samples an update) until 10 s. ETTR = (10 - 0.2 - (1 - 2/3) x 5.8) / 10; goodput counts each update's
+    own samples: 40 x 96 + 59 x 64 in 10 s."""
+    from launch.analysis.summary import summarize
+    from psmodes.config import RunConfig
+
+    work = steps(0.1, 4.0, 1, samples=96) + steps(4.2, 10.0, 41, samples=64)  # versions 1-40, then 41-99
+    d = run_dir(tmp_path, "checkpoint", {
+        **common(10, 99),
+        "worker0": work + [{"t": T0 + 4.1, "ev": "regrouped", "size": 2, "lost": ["worker2"]},
+                           {"t": T0 + 4.2, "ev": "recovered", "mode": "checkpoint", "lost_steps": 0, "idle_s": 0.2,
+                            "buffered_updates": 0},
+                           {"t": T0 + 10, "ev": "done", "completed": True, "version": 99}],
+        "launcher": [{"t": T0 + 4, "ev": "kill", "t_kill": T0 + 4, "pid": 1, "host": "h", "role": "worker2",
+                      "at": "4s"}]})
+    RunConfig(benchmark="synthetic", mode="checkpoint", duration_s=20, workers=3, run_dir=str(d)).save(d / "config.json")
+    s = summarize(d)
+    parts = s["ettr_parts"]
+    assert parts["outage_s"] == pytest.approx(0.2, abs=0.01)
+    assert parts["short_group_s"] == pytest.approx((1 - 2 / 3) * 5.8, abs=0.01)
+    assert s["ettr"] == pytest.approx((10 - 0.2 - 5.8 / 3) / 10, abs=0.005)
+    assert s["goodput"] == pytest.approx((40 * 96 + 59 * 64) / 10.0)
+
+
 def test_the_cost_model_prices_the_samples_a_run_kept():
     """launch/analysis/cost.py: the run's price over the samples in its final model (goodput x training
     time): a run that kept half its samples costs twice as much per sample kept."""

@@ -71,11 +71,31 @@ def test_a_dead_worker_is_survived_and_the_ps_death_after_it_too(tmp_path, mode,
     # local: two workers' batches at 2/3 of the learning rate; global: 96 samples a step, as with three
     per_step, lr_factor = (2 * 32, 2 / 3) if batch == "local" else (2 * 48, 1.0)
     assert regrouped[0]["lr_factor"] == round(lr_factor, 6)
+    (cut,) = s["regroups"]  # the data epoch the regroup cut short (sync: the workers draw in lockstep)
+    assert 0 < cut["epoch_samples"] and 0 <= cut["epoch_seen"] <= cut["epoch_samples"], cut
+    assert cut["epoch_skipped"] == cut["epoch_samples"] - cut["epoch_seen"] and cut["lost"] == ["worker2"]
     after = [e for e in events(out, "step", "worker0") if e["t"] > regrouped[0]["t"]]
     assert after and {e["samples"] for e in after} == {per_step}, {e["samples"] for e in after}
     assert not [e for e in events(out, "start") if e["role"] == "worker2" and e.get("generation")]
     done = {e["who"]: e["digest"] for e in events(out, "done") if "digest" in e}
     assert done["worker0"] == done["worker1"] == done[next(w for w in done if w.startswith("ps"))], done
+    assert not run_processes(out)
+
+
+def test_the_sync_leaders_death_is_survived_and_the_next_worker_leads(tmp_path):
+    # the other workers see the leader's death in their wait for its header; worker1 leads from the version
+    # they all hold and says Hello to the PS, which answers with its weights (a gradient the dead leader had
+    # sent is applied once or not at all); the copies of the PS and the workers end bitwise equal
+    out, s = run_ok(tmp_path, *SYN, "--workers", "3", "--mode", "chain", "--allreduce", "mpi", "--exchange", "blocking",
+                    "--duration", "10s", "--kill-worker", "3s@worker0")
+    assert [k["role"] for k in s["kills"]] == ["worker0"]
+    assert [(e["who"], e["lost"], e["size"]) for e in events(out, "regrouped")] == [("worker1", ["worker0"], 2)]
+    (rec,) = s["recoveries"]
+    assert rec["lost_steps"] == 0 and rec["recovery_s"] < 3.0, rec
+    t_kill = events(out, "kill")[0]["t_kill"]
+    assert len(events(out, "step", "worker1")) > 10 and not [e for e in events(out, "step", "worker0") if e["t"] > t_kill]
+    done = {e["who"]: e["digest"] for e in events(out, "done") if "digest" in e}
+    assert done["worker1"] == done["worker2"] == done[next(w for w in done if w.startswith("ps"))], done
     assert not run_processes(out)
 
 

@@ -55,7 +55,7 @@ from psmodes import divergence
 from psmodes.config import RunConfig
 from psmodes.events import read_run_events
 
-from .ettr import down_seconds, ettr, goodput, outage_windows
+from .ettr import down_seconds, ettr, goodput, outage_windows, samples_in_model, short_group_seconds
 from .faults import fault_records
 from .setbacks import setbacks
 
@@ -158,9 +158,11 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
     training_samples_per_s = training_throughput(steps, t0, span, faults, recoveries)
     per_update = applied[0].get("samples") if applied else None
     final_version = max(e["version"] for e in applied) if applied else 0
-    productive = ettr(span, down_seconds(outage_windows(t0, span, faults, recoveries), t0, span),
-                      sum(r["lost_steps"] for r in recoveries),
-                      per_update / training_samples_per_s if per_update and training_samples_per_s else None)
+    windows = outage_windows(t0, span, faults, recoveries)
+    regroups = [(e["t"], e["size"]) for e in by("regrouped")]  # an elastic group made again without the dead
+    productive = ettr(span, down_seconds(windows, t0, span), sum(r["lost_steps"] for r in recoveries),
+                      per_update / training_samples_per_s if per_update and training_samples_per_s else None,
+                      short_group_seconds(t0, span, regroups, cfg.workers, windows))
 
     restarts = [e for e in by("restart") if e["who"] == "launcher"]
     # a job that ended for a whole-job restart failed on purpose: only the last job's failures count
@@ -203,7 +205,7 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
         # (launch/analysis/ettr.py)
         "ettr": productive["ettr"] if productive else None,
         "ettr_parts": productive,
-        "goodput": goodput(final_version, per_update, span),
+        "goodput": goodput(samples_in_model(applied, final_version, per_update), span),
         "steps": max(e["version"] for e in applied) if applied else 0,
         "per_worker_samples_per_s": [round(x, 2) if x else None for x in per_worker],
         "staleness_hist": {str(k): v for k, v in sorted(Counter(staleness).items())},
@@ -215,6 +217,11 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
         "wall_s": round(wall_s, 3) if wall_s else None,
         "kills": kills,
         "failure_schedule": cfg.failure_schedule,  # --failures, as drawn (psmodes/failure_process.py)
+        # elastic workers' regroups (psmodes/elastic.py): who was lost, the group left, its batch and learning
+        # rate factor, and (sync) the data epoch it cut short
+        "regroups": [{"t_s": rel(e["t"]), **{k: e.get(k) for k in ("lost", "size", "batch", "lr_factor", "seconds",
+                                                                  "epoch_samples", "epoch_seen", "epoch_skipped")}}
+                     for e in by("regrouped")],
         "faults": public_faults,
         "ps_heads": ps_heads(by("update"), rel),
         "kills_not_reached": [e["at"] for e in by("kill_not_reached")],

@@ -285,11 +285,12 @@ def _draw_replica_hangs(cfg: RunConfig, rng: random.Random) -> None:
 def _draw_worker_fault(cfg: RunConfig, rng: random.Random, duration: float, hangs: bool) -> None:
     """The last worker killed, or (``hangs``: half the time) hung until fenced, in a run whose workers are
     elastic (psmodes/elastic.py): async and bounded, and sync over psbench's MPI allreduce and the blocking
-    exchange."""
+    exchange. A third of the time the leader instead (hybrid: never, its death ends the run)."""
     if not cfg.is_async:
         cfg.allreduce, cfg.exchange = "mpi", "blocking"
     spec = f"{round(rng.uniform(0.1, 0.7) * duration, 2)}s"
-    (cfg.hang_worker if hangs and rng.random() < 0.5 else cfg.kill_worker).append(spec)
+    faults = cfg.hang_worker if hangs and rng.random() < 0.5 else cfg.kill_worker
+    faults.append(spec + ("@worker0" if cfg.mode != "hybrid" and rng.random() < 1 / 3 else ""))
 
 
 def _needs_sync(mode: str) -> bool:
@@ -394,7 +395,8 @@ def check_trial(cfg: RunConfig, summary: dict | None, wall_s: float,
     if bugs:  # a clean end is not enough: the reason must be one psbench meant (its traceback is in the events)
         bad.append(f"bug: a rank stopped on an exception psbench did not expect ({bugs[0]})")
     if (cfg.kill_worker or cfg.hang_worker) and elastic.survivable(cfg):
-        ended = [f["reason"] for f in summary.get("failures") or [] if "so the run ends" in str(f.get("reason"))]
+        ended = [f["reason"] for f in summary.get("failures") or [] if "so the run ends" in str(f.get("reason"))
+                 and not any(why in str(f.get("reason")) for why in (elastic.LEADER_HYBRID, elastic.LEADER_PS_DOWN))]
         if ended:  # psmodes/elastic.py's reason for a worker's death that a run could not survive
             bad.append(f"elastic: a worker's death ended a run whose workers are elastic ({ended[0]})")
     unnoticed = unrecorded_divergence(run_dir, summary)
