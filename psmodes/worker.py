@@ -343,9 +343,9 @@ class Worker:
     def _epoch_cut(self, old_size: int) -> dict:
         """Sync: the data epoch the regroup cuts short (its samples; those the group had drawn, the step the
         death voided included; those it skipped: the survivors start a new epoch over their new shards at
-        once, so no sample is seen twice in one). The workers of a sync group draw their batches in lockstep, so the leader's count is every
-        worker's. Async: each worker moves through its shard at its own pace, and the dead one's position
-        died with it: not accounted for ({})."""
+        once, so no sample is seen twice in one). The workers of a sync group draw their batches in
+        lockstep, so the leader's count is every worker's. Async: each worker moves through its shard at its
+        own pace, and the dead one's position died with it: not accounted for ({})."""
         if self.ctx.cfg.is_async:
             return {}
         shard = len(range(0, len(self.y), old_size))  # the largest shard; the others have one sample less at most
