@@ -36,7 +36,7 @@ from . import killpoints, transport as tp
 from .events import Ev
 from .messages import Answer, Grad, Hello, Ready, generation_of, parse
 from .server import ParameterServer
-from .suspicion import suspect_the_silent
+from .suspicion import Suspicion, suspect_the_silent
 
 
 def staleness_lr_scale(staleness: int, enabled: bool) -> float:
@@ -49,6 +49,7 @@ class AsyncParameterServer(ParameterServer):
         super().__init__(ctx, **kwargs)
         self.bound = ctx.cfg.staleness_bound
         self.stopped_workers: set[int] = set()
+        self.readied: set[int] = set()  # the workers told READY (a stateless replacement: psmodes/modes/stateless.py)
         self.heard: dict[int, float] = {}
         self.suspected: set[int] = set()  # the pids of workers suspected (once each)
         self.next_check = 0.0
@@ -63,8 +64,13 @@ class AsyncParameterServer(ParameterServer):
         indices = {c.roles[r].index for r in workers}  # fewer after an elastic worker's death (psmodes/elastic.py)
         self.heard = dict.fromkeys(indices, time.monotonic())  # worker index -> when its last message came
         if self.awaiting_handover:
-            for rank in workers:  # each worker trains on until it hears this
-                tp.send(c.world, Ready(), None, rank, tp.TAG_FROM_PS, ctx.peer_timeout, "PS ready")
+            # each worker trains on until it hears this, once: after a repair while this replacement awaits the
+            # hand-overs (a worker's death), the others say Hello with theirs anyway, and a second READY came
+            # where a worker waited for the Hello's answer (psbench chaos, async stateless, trial-000)
+            for rank in workers:
+                if c.roles[rank].index not in self.readied:
+                    tp.send(c.world, Ready(), None, rank, tp.TAG_FROM_PS, ctx.peer_timeout, "PS ready")
+                    self.readied.add(c.roles[rank].index)
         inbox = tp.FairInbox(c.world, workers, tp.TAG_TO_PS)
         try:
             while not indices <= self.stopped_workers:
@@ -160,9 +166,12 @@ class AsyncParameterServer(ParameterServer):
             reqs = tp.isend(self.ctx.cluster.world, answer, self.opt.weights.numpy(), rank, tp.TAG_FROM_PS,
                             generation=self.asked_in.get(index))
             killpoints.reached("send_weights", self.ctx, version=self.opt.version, worker=index)
-            # a worker may already be in an announced respawn: notice it here too
+            # a worker may already be in an announced respawn: notice it here too; one that stopped before it
+            # took its answer holds this PS up (every worker waits for it), so it is suspected
+            suspect = Suspicion(self.ctx, rank, f"worker{index}'s receipt of its answer")
             tp.wait(reqs, self.ctx.peer_timeout, "PS sends weights", on_idle=self.ctx.idle,
-                    watch=self.ctx.death_watch())
+                    watch=self.ctx.death_watch(), suspect=suspect)
+            suspect.done()
             if self.stopped:
                 self.stopped_workers.add(index)
             else:

@@ -112,13 +112,13 @@ class AsyncWorker(Worker):
             self.state = DONE
 
     def _held_by(self) -> tuple[int, ...]:
-        """``bounded:S``: the ranks of the other workers, for whom the PS may hold this worker's answer back
-        (the route of :class:`~psmodes.suspicion.Suspicion`: a hung one is the one suspected, not the PS that
-        waits for it; seen: the live PS fenced for the answer it held for a hung worker)."""
+        """The route of this worker's answer (:class:`~psmodes.suspicion.Suspicion`): the PS, then the other
+        workers. The PS answers one worker at a time (a send to a stopped worker holds it up) and, under
+        ``bounded:S``, holds answers back for the slowest: a stopped worker is the one suspected, not the PS
+        that waits for it (seen in psbench chaos: the live PS fenced for an answer it held for a hung worker,
+        and for one it could not hand to a hung leader); a stopped PS first, when both are."""
         c = self.ctx.cluster
-        if self.ctx.cfg.staleness_bound is None:
-            return ()
-        return tuple(r for r, role in enumerate(c.roles) if role.kind == "worker" and role.index != self.index)
+        return (c.ps, *(r for r, role in enumerate(c.roles) if role.kind == "worker" and role.index != self.index))
 
     def _receive_weights(self, timeout: float, what: str, suspect=None) -> Answer:
         c = self.ctx.cluster
@@ -183,6 +183,7 @@ class AsyncWorker(Worker):
         if self.outage is None:
             self.outage = Outage(t_start=time.time(), t_detect=time.time(), version=self.version)
         self.pending = False
+        self.ready_req = None  # posted on the world the shrink replaces; the Hello below carries any hand-over
         t = time.perf_counter()
         dead = ctx.after_failure(exc, via=f"worker{self.index}")
         self._add_idle(time.perf_counter() - t)

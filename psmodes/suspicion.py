@@ -116,7 +116,15 @@ class Suspicion:
             return
         held_s, info = self._holder()
         if held_s < self.after_s:  # the holder took its role only now: the whole deadline from then
-            self.armed_at = time.monotonic() - held_s
+            # unless a member on the route stopped: then it is the one, whoever holds the peer's role (a wait
+            # cut by the PS's death keeps its deadline through the repair, and the worker that held the PS up
+            # was found only by the shrink's watch 3 s later: psbench chaos, bounded:2, checkpoint trial-009)
+            stopped = self._first_stopped([r for r in self.route if r != self.role])
+            if stopped is None:
+                self.armed_at = time.monotonic() - held_s
+                return
+            self.fired = True
+            suspect(self.ctx, stopped[0], self.what, time.monotonic() - self.t0, stopped[1])
             return
         if self.silent_only and info is not None:
             silent = beacon.silent_for(self.ctx.cfg.run_dir, info["host"], info["pid"])
@@ -137,13 +145,23 @@ class Suspicion:
         replica's socket took the head's whole state, so the head's wait for its delivery ended, and the
         tail was suspected for the acknowledgement of a state it never got: the live tail was fenced
         (psbench chaos over two hosts, chain K=1 R=2, seed 46, trial-009)."""
-        run_dir = self.ctx.cfg.run_dir
-        for role, held in [(r, read_pid_file(run_dir, r)) for r in self.route] + [(self.role, info)]:
-            if held is not None and (beacon.silent_for(run_dir, held["host"], held["pid"]) or 0.0) >= HUNG_SILENCE_S:
-                return role, held
+        stopped = self._first_stopped(list(self.route), (self.role, info))
+        if stopped is not None:
+            return stopped
         if time.monotonic() - self.armed_at >= self.after_s + HUNG_SILENCE_S:  # a member hung late shows by then
             return self.role, info
         return None, None
+
+    def _first_stopped(self, roles: list[str], last: tuple[str, dict | None] | None = None) -> tuple[str, dict] | None:
+        """The first of ``roles`` (then ``last``: a role and its pid file) whose holder's beacon has stopped (a
+        holder on this host that is dead is not: its death is on its way)."""
+        run_dir, here = self.ctx.cfg.run_dir, socket.gethostname()
+        for role, held in [(r, read_pid_file(run_dir, r)) for r in roles] + ([last] if last else []):
+            if held is None or (held["host"] == here and not alive(int(held["pid"]))):
+                continue
+            if (beacon.silent_for(run_dir, held["host"], held["pid"]) or 0.0) >= HUNG_SILENCE_S:
+                return role, held
+        return None
 
 
 class GroupSuspicion:

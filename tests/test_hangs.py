@@ -332,3 +332,43 @@ def test_a_rank_whose_wait_timed_out_has_the_others_dump_their_stacks(tmp_path):
         for proc in (rank, stranger):
             proc.kill()
             proc.wait()
+
+
+def test_a_wait_whose_peer_died_still_blames_a_stopped_member_on_its_route(tmp_path, monkeypatch):
+    """psmodes/suspicion.py: a worker's wait for its answer passes through the PS and the other workers; the
+    PS was killed (a repair follows) and worker1, which held the PS up, is stopped. The wait's deadline comes
+    (through the repair) and worker1 is the one suspected, though the PS's holder is dead (psbench chaos,
+    bounded:2, checkpoint trial-009: found only by the shrink's watch, 4.75 s after its hang)."""
+    import socket
+    from types import SimpleNamespace
+
+    from psmodes import beacon
+    from psmodes.roles import Role
+    from psmodes.suspicion import Suspicion
+
+    monkeypatch.setenv("PSBENCH_FENCER", "launcher")
+    host, emitted = socket.gethostname(), []
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stopped = subprocess.Popen(["sleep", "60"])
+    try:
+        os.kill(stopped.pid, signal.SIGSTOP)
+        (tmp_path / "pids").mkdir()
+        for role, pid in (("ps", dead.pid), ("worker1", stopped.pid)):
+            (tmp_path / "pids" / f"{role}.json").write_text(json.dumps(
+                {"pid": pid, "host": host, "rank": 0, "role": role, "generation": 0, "t": time.time() - 60}))
+        beat = beacon.path_of(tmp_path, host, stopped.pid)
+        beat.parent.mkdir(parents=True)
+        beat.touch()
+        os.utime(beat, (time.time() - 5, time.time() - 5))  # silent for 5 s
+        roles = [Role("ps"), Role("worker", 0), Role("worker", 1)]
+        ctx = SimpleNamespace(cfg=SimpleNamespace(run_dir=str(tmp_path), suspect_after_s=3.0), cold_until=0.0,
+                              cluster=SimpleNamespace(roles=roles, me=roles[1]),
+                              log=SimpleNamespace(emit=lambda ev, **f: emitted.append({"ev": str(ev), **f}) or f))
+        wait = Suspicion(ctx, 0, "the PS's answer to worker0", route=(0, 2))
+        wait.armed_at -= 3.1  # its deadline has come
+        wait.check()
+        assert [(e["role"], e["pid"]) for e in emitted if e["ev"] == "suspect"] == [("worker1", stopped.pid)]
+    finally:
+        stopped.kill()
+        stopped.wait()
