@@ -14,6 +14,7 @@ import faulthandler
 import os
 import signal
 import socket
+import time
 from pathlib import Path
 
 SIGNAL = signal.SIGUSR1
@@ -59,8 +60,6 @@ def dump_peers(run_dir: str | Path) -> list[str]:
             except ProcessLookupError:
                 continue
     if asked:
-        import time
-
         time.sleep(DUMP_WAIT_S)
     return asked
 

@@ -104,7 +104,7 @@ class Suspicion:
         replacement PS stopped before it answered the hand-over was never suspected, because the
         hand-over's wait carried no suspicion; with one, it must not blame a slow start)."""
         info = read_pid_file(self.ctx.cfg.run_dir, self.role)
-        if info is None or (info["host"] == socket.gethostname() and not alive(int(info["pid"]))):
+        if info is None or _dead_here(info):
             return 0.0, info
         return max(0.0, time.time() - float(info.get("t", 0.0))), info
 
@@ -155,13 +155,18 @@ class Suspicion:
     def _first_stopped(self, roles: list[str], last: tuple[str, dict | None] | None = None) -> tuple[str, dict] | None:
         """The first of ``roles`` (then ``last``: a role and its pid file) whose holder's beacon has stopped (a
         holder on this host that is dead is not: its death is on its way)."""
-        run_dir, here = self.ctx.cfg.run_dir, socket.gethostname()
+        run_dir = self.ctx.cfg.run_dir
         for role, held in [(r, read_pid_file(run_dir, r)) for r in roles] + ([last] if last else []):
-            if held is None or (held["host"] == here and not alive(int(held["pid"]))):
+            if held is None or _dead_here(held):
                 continue
             if (beacon.silent_for(run_dir, held["host"], held["pid"]) or 0.0) >= HUNG_SILENCE_S:
                 return role, held
         return None
+
+
+def _dead_here(info: dict) -> bool:
+    """Whether the process of pid file ``info`` is on this host and dead (its death is on its way to ULFM)."""
+    return info["host"] == socket.gethostname() and not alive(int(info["pid"]))
 
 
 class GroupSuspicion:

@@ -299,8 +299,7 @@ class Injector:
             point.target = info["role"]
         else:
             info = self._waiting_spare() if point.target == "spare" else read_pid_file(self.run_dir, point.target)
-        if info is None or (info["pid"], info["host"]) in self.killed or (
-                is_local(info["host"]) and not alive(int(info["pid"]))):  # a remote pid cannot be checked here
+        if info is None or not self._targetable(info):
             return  # no live target yet (e.g. the replacement is still starting): try again next poll
         self.points.pop(0)
         self._fire(info, point, elapsed, step)
@@ -312,10 +311,15 @@ class Injector:
         busy = {(i["pid"], i["host"]) for role, i in files if not role.startswith("spare")}
         for role, info in files:
             key = (info["pid"], info["host"])
-            if role.startswith("spare") and key not in busy and key not in self.killed and (
-                    not is_local(info["host"]) or alive(int(info["pid"]))):
+            if role.startswith("spare") and key not in busy and self._targetable(info):
                 return info
         return None
+
+    def _targetable(self, info: dict) -> bool:
+        """Whether the process of pid file ``info`` is neither killed, fenced or hung for good by this injector
+        nor dead (a remote pid cannot be checked from here)."""
+        alive_here = not is_local(info["host"]) or alive(int(info["pid"]))
+        return (info["pid"], info["host"]) not in self.killed and alive_here
 
     def _last_worker(self, point: Point) -> dict | None:
         """The live worker of the highest index, for a worker failure that is due, unless it is the only one
@@ -325,8 +329,7 @@ class Injector:
                           if role.startswith("worker")), reverse=True)
         if len(workers) < self.n_workers:
             return None  # a worker that has not written its pid file yet
-        live = [(role, info) for _, role, info in workers if (info["pid"], info["host"]) not in self.killed
-                and (not is_local(info["host"]) or alive(int(info["pid"])))]
+        live = [(role, info) for _, role, info in workers if self._targetable(info)]
         if len(live) > 1:
             role, info = live[0]
             return {**info, "role": role}
@@ -358,8 +361,7 @@ class Injector:
         """The other processes on ``info``'s host that hold a role now (their pid files), live ones."""
         out, seen = [], {info["pid"]}
         for role, other in pid_files(self.run_dir):
-            if (other["pid"] in seen or other["host"] != info["host"] or (other["pid"], other["host"]) in self.killed
-                    or (is_local(other["host"]) and not alive(int(other["pid"])))):
+            if other["pid"] in seen or other["host"] != info["host"] or not self._targetable(other):
                 continue
             seen.add(other["pid"])
             out.append((role, other))
