@@ -95,9 +95,22 @@ def run_ok(tmp_path: Path, *args: str, name: str = "run", expect_complete: bool 
     assert AGREEMENT_NAME_REUSED not in mpirun_log(out, whole=True), mpirun_log(out)
     summary = json.loads(summary_path.read_text())
     if expect_complete:
-        assert summary["completed"], f"run did not complete: {summary['exit_reason']}\n{proc.stderr}\n" + mpirun_log(out)
+        assert summary["completed"], (f"run did not complete: {summary['exit_reason']}\n{proc.stderr}\n"
+                                      + deaths_on_record(out, summary) + mpirun_log(out))
         assert proc.returncode == 0, proc.stderr
     return out, summary
+
+
+def deaths_on_record(out: Path, summary: dict) -> str:
+    """What the run recorded of its deaths, for a failed test's message: the CI machine's run folder is gone
+    when the message is read (seen: test_killpoints' stuck replacement, CI 2026-12-07: worker0 died
+    silently and nothing said who killed it)."""
+    kept = {key: summary.get(key) for key in ("kills", "fenced", "crashes", "failures")}
+    noted = [{k: str(e[k])[:200] for k in ("ev", "who", "role", "pid", "by", "what", "via", "dead", "signal", "reason", "t")
+              if k in e}
+             for e in events(out) if e["ev"] in ("killpoint", "hang", "suspect", "fence", "kill", "crash", "detect",
+                                                 "spawn_failed", "failed")]
+    return f"deaths on record: {json.dumps(kept, default=str)}\nevents: {json.dumps(noted, default=str)}\n"
 
 
 # and Open MPI's runtime itself: mpirun died of SIGABRT in the spawn of a replacement ("PMIX ERROR ... in

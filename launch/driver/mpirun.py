@@ -217,6 +217,9 @@ def launch_command(cfg: RunConfig) -> list[str]:
     return horovodrun_command(cfg) if cfg.launcher == "horovodrun" else mpirun_command(cfg)
 
 
+TCP_FLAGS = "send,inplace,need-ack,need-csum,hetero-rdma"
+
+
 def mpirun_env(cfg: RunConfig | None = None) -> dict[str, str]:
     env = dict(os.environ)
     if os.geteuid() == 0:
@@ -228,6 +231,13 @@ def mpirun_env(cfg: RunConfig | None = None) -> dict[str, str]:
     if cfg is None or not _multi_host(cfg):  # one machine: TCP (if any) over loopback only
         env.setdefault("OMPI_MCA_btl_tcp_if_include", "lo")
     env.setdefault("PRTE_MCA_prte_silence_shared_fs", "1")
+    # TCP without the RDMA pipeline (its defaults less "put"): large messages over TCP go by send/receive.
+    # A pipelined receive from a peer that died mid-transfer (a host cut off, then its PS killed) stays on
+    # ob1's recv_pending list, and the next rendezvous completion on any BTL spun in
+    # mca_pml_ob1_recv_request_schedule_once for good: a later MPI_Irecv from a live peer on the same host
+    # never returned (gdb; chaos over two hosts, hybrid trial-039: 4 of 4 runs hung, 0 of 3 without put;
+    # docs/openmpi.md item 16). TCP's put is emulated by sends anyway.
+    env.setdefault("OMPI_MCA_btl_tcp_flags", TCP_FLAGS)
     # Open MPI's blocking calls busy-poll; Horovod's background thread waits in them, so with more
     # threads than cores each waiting rank burnt a core the computing ranks needed (measured: the
     # plain Horovod trainer, 2 ranks on 2 cores, 129 ms a step, 77 ms of CPU; with yield 32 ms, 33 ms).
