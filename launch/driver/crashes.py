@@ -62,14 +62,27 @@ def reason(crash: dict) -> str:
 LOST_DAEMON = re.compile(rb"PRTE has lost communication with a remote daemon\..*?Remote daemon: \S+ on node (\S+)", re.S)
 
 
-def runtime_abort(log: bytes) -> str | None:
-    """Why Open MPI's runtime ended the job, when it says so in ``mpirun.log``: with the Open MPI
-    5.0.x this project installs (PRRTE 3.0.x), losing a host's daemon (``prted``: a node lost,
-    ``--kill-node``) ends the whole job, ULFM or not; PRRTE tolerates lost daemons only from
-    5.0 (openpmix/prrte PR 2443; docs/openmpi.md)."""
+# mpirun's own failure in the spawn of a replacement (docs/openmpi.md item 15): the PMIx server's spawn
+# handler reports an error; then it may die, or lose a daemon nobody killed
+SPAWN_FAILURE = b"pmix_server_dyn.c"
+
+
+def runtime_abort(log: bytes, node_lost: bool = True) -> tuple[str, bool] | None:
+    """Why Open MPI's runtime ended the job, when it says so in ``mpirun.log``, and whether that was the
+    runtime's own failure (a crash to record: nobody injected it). With the Open MPI 5.0.x this project
+    installs (PRRTE 3.0.x), losing a host's daemon (``prted``: a node lost, ``--kill-node``) ends the whole
+    job, ULFM or not; PRRTE tolerates lost daemons only from 5.0 (openpmix/prrte PR 2443; ``--runtime
+    prrte5``; docs/openmpi.md). ``node_lost``: the launcher lost a node on purpose. A daemon lost when
+    nobody killed one, after the runtime's error in a spawn, was the runtime's failure (chaos over two
+    hosts, chain trials 011, 026 and 029 of seed 46: a hung replica's replacement spawned, then "PRTE has
+    lost communication with a remote daemon" on the PS's host)."""
     m = LOST_DAEMON.search(log)
-    if m:
-        return (f"Open MPI's runtime lost the daemon on {m.group(1).decode(errors='replace')} and ended the job "
-                "(PRRTE 3.0.x cannot run through a lost daemon; see mpirun.log)")
-    return None
+    if m is None:
+        return None
+    host = m.group(1).decode(errors="replace")
+    if not node_lost and SPAWN_FAILURE in log:
+        return (f"Open MPI's runtime failed in the spawn of a replacement (a PMIx error in pmix_server_dyn.c, "
+                f"docs/openmpi.md item 15), then lost its daemon on {host} and ended the job; see mpirun.log"), True
+    return (f"Open MPI's runtime lost the daemon on {host} and ended the job "
+            "(PRRTE 3.0.x cannot run through a lost daemon; see mpirun.log)"), not node_lost
 

@@ -19,6 +19,7 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -146,7 +147,13 @@ def run_job(cfg: RunConfig, quiet: bool = False, tick=None, report: bool = True)
                 continue
             if not restartable(cfg, watch, injector, t_attempt, attempt):
                 if watch.exit_reason is None and not watch.finished:  # e.g. a lost host's daemon (--kill-node)
-                    watch.exit_reason = crashes.runtime_abort(_read_from(run_dir / "mpirun.log", log_at))
+                    node_lost = any(k.get("daemons") for k in injector.done)
+                    aborted = crashes.runtime_abort(_read_from(run_dir / "mpirun.log", log_at), node_lost)
+                    if aborted:
+                        watch.exit_reason, its_own = aborted
+                        if its_own:  # a failure nobody injected: recorded like a rank's crash
+                            log.emit("crash", reason=watch.exit_reason, role="mpirun", pid=proc.pid,
+                                     host=socket.gethostname(), signal=None)
                 break
             attempt += 1
             header = f"psbench: restart {attempt}"
