@@ -3,10 +3,14 @@ VENV ?= .venv
 PSBENCH = $(VENV)/bin/psbench
 PYTEST_ARGS ?=
 
-.PHONY: setup demo paper perf test test-quick doctor clean
+.PHONY: setup setup-runtime demo paper perf test test-quick doctor clean
 
 setup:
 	bash scripts/setup.sh
+
+# optional: the PRRTE 5 runtime that survives a lost node in place (--runtime prrte5; needs root)
+setup-runtime:
+	bash scripts/setup_runtime.sh
 
 doctor: setup
 	$(PSBENCH) doctor

@@ -27,6 +27,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import transport
+from .errors import RunFailed
 from .roles import Role, layout, sort_key
 
 
@@ -160,7 +161,7 @@ class Cluster:
             if spawned is not None:
                 spawned()
             self.world, self.roles = join(inter.Get_group(), roles, inter.Get_remote_group(), missing,
-                                          self.generation)
+                                          self.generation, inter=inter, spawned_side=False)
         self.me = self.roles[self.world.Get_rank()]
         return taken, missing
 
@@ -168,26 +169,40 @@ class Cluster:
         """What a failed MPI_Comm_spawn means: PeerFailed (repair and spawn again) when a member
         of the world died, whatever the error class. Open MPI 5.0.11 does not always say
         ERR_PROC_FAILED: with the root killed in the spawn the others got MPI_ERR_INTERN (seen in
-        psbench chaos). ULFM's notice of the death may come just after the error: wait for it."""
+        psbench chaos). ULFM's notice of the death may come just after the error: wait for it.
+        Otherwise the runtime could not start the replacement: RunFailed, a clean end with the reason
+        (before, the MPI error left the rank as a bug; seen: PRRTE 5.0.0rc1 after a lost node, "PRTE ERROR:
+        Node has gone down" as it sent the launch to every daemon, the lost one too)."""
         classified = transport.classify(exc, "spawn")
         deadline = time.monotonic() + wait_s
         while not isinstance(classified, transport.PeerFailed) and time.monotonic() < deadline:
             if self.known_failed():
                 return transport.PeerFailed(f"spawn: {exc.Get_error_string()}, a member died", MPI.ERR_PROC_FAILED)
             time.sleep(0.01)
-        return classified
+        if isinstance(classified, transport.PeerFailed):
+            return classified
+        return RunFailed(f"the runtime could not start a replacement ({exc.Get_error_string()}) and no member "
+                         "died: after a lost node, give --spares on another host (docs/clusters.md)")
 
     @classmethod
     def join_as_spawned(cls, me: Role, parents: list[Role], spawned: list[Role], generation: int) -> "Cluster":
         """The replacement's side of :meth:`respawn`."""
         parent = MPI.Comm.Get_parent()
         parent.Set_errhandler(MPI.ERRORS_RETURN)
-        world, roles = join(parent.Get_remote_group(), parents, parent.Get_group(), spawned, generation)
+        world, roles = join(parent.Get_remote_group(), parents, parent.Get_group(), spawned, generation,
+                            inter=parent, spawned_side=True)
         return cls(world, roles, me, generation)
 
 
+# --runtime prrte5: the ranks' PMIx 5 client cannot construct a PMIx group with PRRTE 5's PMIx 7 server
+# ("PMIX_ERR_BAD_PARAM in pmix_server_group.c at line 474", then ERR_PROC_FAILED in every survivor), so
+# MPI_Comm_create_from_group fails there; psmodes.main sets this for such runs (join says what it costs)
+MERGE_JOIN = False
+
+
 def join(parents: MPI.Group, parent_roles: list[Role], spawned: MPI.Group, spawned_roles: list[Role],
-          generation: int) -> tuple[MPI.Intracomm, list[Role]]:
+         generation: int, inter: MPI.Intercomm | None = None,
+         spawned_side: bool = False) -> tuple[MPI.Intracomm, list[Role]]:
     """The new world from the survivors (who spawned) and the replacements, ranked in
     canonical order, by ``MPI_Comm_create_from_group``.
 
@@ -208,14 +223,23 @@ def join(parents: MPI.Group, parent_roles: list[Role], spawned: MPI.Group, spawn
     had not started the new one yet got the old decision. Seen in psbench perf (chain R=2, four
     hung PSes): at the third or fourth repair some survivors returned from the shrink and the
     others never did, then crashed in ompi_comm_revoke_local. A Dup gets a context id and an epoch
-    of its own. Neither communicator is freed: a freed context id is reused by the next one."""
+    of its own. Neither communicator is freed: a freed context id is reused by the next one.
+
+    Under :data:`MERGE_JOIN` (``--runtime prrte5``) the merge and split it is, over ``inter``: the spawn
+    runs on a helper thread that a death gives up (psmodes.context.Context.respawn), so a merge that never
+    returns holds up nobody but that thread."""
     roles = parent_roles + spawned_roles
     order = sorted(range(len(roles)), key=lambda i: sort_key(roles[i]))
     group = MPI.Group.Union(parents, spawned).Incl(order)
     try:
-        created = MPI.Intracomm.Create_from_group(group, f"psbench.world.{generation}")
-        created.Set_errhandler(MPI.ERRORS_RETURN)
-        world = created.Dup()
+        if MERGE_JOIN and inter is not None:
+            created = inter.Merge(high=spawned_side)  # the parents first, in their order, then the spawned
+            created.Set_errhandler(MPI.ERRORS_RETURN)
+            world = created.Split(0, order.index(created.Get_rank()))
+        else:
+            created = MPI.Intracomm.Create_from_group(group, f"psbench.world.{generation}")
+            created.Set_errhandler(MPI.ERRORS_RETURN)
+            world = created.Dup()
     except MPI.Exception as exc:
         # whatever the class, the usual cause is a member that died: repair, as for a failed spawn
         raise transport.PeerFailed(f"join the new world: {exc.Get_error_string()}", MPI.ERR_PROC_FAILED) from None

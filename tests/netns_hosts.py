@@ -29,7 +29,10 @@ from sysdeps import ensure_packages
 PACKAGES = ("openssh-server", "openssh-client", "iproute2", "util-linux")  # installed when missing (tests/sysdeps.py)
 TOOLS = ("ip", "unshare", "ssh", "ssh-keygen")
 _TAG = os.getpid() % 100000  # namespace and interface names of this process: test runs may overlap
-NS = {"nodea": (f"psb{_TAG}a", "10.77.0.1", f"vpsb{_TAG}a"), "nodeb": (f"psb{_TAG}b", "10.77.0.2", f"vpsb{_TAG}b")}
+NS = {"nodea": (f"psb{_TAG}a", "10.77.0.1", f"vpsb{_TAG}a"), "nodeb": (f"psb{_TAG}b", "10.77.0.2", f"vpsb{_TAG}b"),
+      "nodec": (f"psb{_TAG}c", "10.77.0.3", f"vpsb{_TAG}c")}
+THREE = ("nodea", "nodeb", "nodec")
+SWITCH = (f"psb{_TAG}s", f"brpsb{_TAG}")  # three hosts: the namespace of their bridge, and the bridge
 
 
 class Unavailable(Exception):
@@ -44,9 +47,13 @@ def sh(argv: list[str], timeout: float = 20.0, check: bool = True) -> subprocess
 
 
 class TwoHosts:
-    def __init__(self) -> None:
+    """``nodea`` and ``nodeb`` joined by a veth pair; with ``hosts=THREE``, ``nodec`` too, the three joined
+    by a bridge in a namespace of its own (a switch). Every host but ``nodea`` runs an sshd."""
+
+    def __init__(self, hosts: tuple[str, ...] = ("nodea", "nodeb")) -> None:
+        self.hosts = hosts
         self.dir = Path(tempfile.mkdtemp(prefix="psbench-netns-"))
-        self.sshd: subprocess.Popen | None = None
+        self.sshds: list[subprocess.Popen] = []
         self.made_ns: list[str] = []
         self.bin = self.dir / "bin"
 
@@ -55,15 +62,30 @@ class TwoHosts:
             raise Unavailable("network namespaces need root")
         ensure_packages(PACKAGES, lambda: all(shutil.which(t) for t in TOOLS) and Path("/usr/sbin/sshd").exists(),
                         Unavailable)
-        (a_ns, a_ip, a_if), (b_ns, b_ip, b_if) = NS["nodea"], NS["nodeb"]
-        for ns in (a_ns, b_ns):
+        names = "".join(f"{NS[h][1]} {h}\n" for h in self.hosts)
+        for host in self.hosts:
+            ns = NS[host][0]
             sh(["ip", "netns", "add", ns])
             self.made_ns.append(ns)
             hosts = Path("/etc/netns") / ns / "hosts"
             hosts.parent.mkdir(parents=True, exist_ok=True)
-            hosts.write_text(f"127.0.0.1 localhost\n{a_ip} nodea\n{b_ip} nodeb\n")
-        sh(["ip", "link", "add", a_if, "type", "veth", "peer", "name", b_if])
-        for ns, ip, ifname in (NS["nodea"], NS["nodeb"]):
+            hosts.write_text(f"127.0.0.1 localhost\n{names}")
+        if len(self.hosts) == 2:
+            sh(["ip", "link", "add", NS["nodea"][2], "type", "veth", "peer", "name", NS["nodeb"][2]])
+        else:
+            switch, bridge = SWITCH
+            sh(["ip", "netns", "add", switch])
+            self.made_ns.append(switch)
+            sh(["ip", "-n", switch, "link", "add", bridge, "type", "bridge"])
+            sh(["ip", "-n", switch, "link", "set", bridge, "up"])
+            for host in self.hosts:
+                ifname, port = NS[host][2], "s" + NS[host][2]
+                sh(["ip", "link", "add", ifname, "type", "veth", "peer", "name", port])
+                sh(["ip", "link", "set", port, "netns", switch])
+                sh(["ip", "-n", switch, "link", "set", port, "master", bridge])
+                sh(["ip", "-n", switch, "link", "set", port, "up"])
+        for host in self.hosts:
+            ns, ip, ifname = NS[host]
             sh(["ip", "link", "set", ifname, "netns", ns])
             sh(["ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", ifname])
             sh(["ip", "-n", ns, "link", "set", ifname, "up"])
@@ -78,21 +100,9 @@ class TwoHosts:
         (d / "authorized_keys").write_text((d / "id.pub").read_text())
         (d / "authorized_keys").chmod(0o600)
         Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
-        (d / "sshd_config").write_text(f"""Port 22
-ListenAddress {NS['nodeb'][1]}
-HostKey {d / 'hostkey'}
-AuthorizedKeysFile {d / 'authorized_keys'}
-PermitRootLogin prohibit-password
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-UsePAM no
-StrictModes no
-PidFile {d / 'sshd.pid'}
-AcceptEnv *
-PermitUserEnvironment no
-""")
-        (d / "known_hosts").write_text(f"nodeb {(d / 'hostkey.pub').read_text().split(' ', 2)[0]} "
-                                       f"{(d / 'hostkey.pub').read_text().split()[1]}\n")
+        remote = [h for h in self.hosts if h != "nodea"]
+        key = (d / "hostkey.pub").read_text().split()
+        (d / "known_hosts").write_text("".join(f"{h} {key[0]} {key[1]}\n" for h in remote))
         (d / "ssh_config").write_text(f"""Host *
   IdentityFile {d / 'id'}
   UserKnownHostsFile {d / 'known_hosts'}
@@ -105,19 +115,35 @@ PermitUserEnvironment no
         wrapper = self.bin / "ssh"
         wrapper.write_text(f"#!/bin/sh\nexec /usr/bin/ssh -F {d / 'ssh_config'} \"$@\"\n")
         wrapper.chmod(0o755)
-        log = open(d / "sshd.log", "wb")
-        self.sshd = subprocess.Popen(
-            ["ip", "netns", "exec", NS["nodeb"][0], "unshare", "--uts", "sh", "-c",
-             'hostname nodeb && exec /usr/sbin/sshd -D -e -f "$1"', "sh", str(d / "sshd_config")],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        end = time.monotonic() + 15
-        while time.monotonic() < end:
-            out = self.on("nodea", ["ssh", "nodeb", "hostname"], check=False)
-            if out.returncode == 0 and out.stdout.strip() == "nodeb":
-                return
-            time.sleep(0.3)
-        raise Unavailable(f"ssh nodea -> nodeb does not work: {out.stderr.strip()[-300:]} "
-                          f"{(d / 'sshd.log').read_text()[-300:]}")
+        for host in remote:
+            (d / f"sshd_config.{host}").write_text(f"""Port 22
+ListenAddress {NS[host][1]}
+HostKey {d / 'hostkey'}
+AuthorizedKeysFile {d / 'authorized_keys'}
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+PidFile {d / f'sshd.{host}.pid'}
+AcceptEnv *
+PermitUserEnvironment no
+""")
+            log = open(d / f"sshd.{host}.log", "wb")
+            self.sshds.append(subprocess.Popen(
+                ["ip", "netns", "exec", NS[host][0], "unshare", "--uts", "sh", "-c",
+                 f'hostname {host} && exec /usr/sbin/sshd -D -e -f "$1"', "sh", str(d / f"sshd_config.{host}")],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True))
+        for host in remote:
+            end = time.monotonic() + 15
+            while True:
+                out = self.on("nodea", ["ssh", host, "hostname"], check=False)
+                if out.returncode == 0 and out.stdout.strip() == host:
+                    break
+                if time.monotonic() > end:
+                    raise Unavailable(f"ssh nodea -> {host} does not work: {out.stderr.strip()[-300:]} "
+                                      f"{(d / f'sshd.{host}.log').read_text()[-300:]}")
+                time.sleep(0.3)
 
     def env(self) -> dict:
         return {**os.environ, "PATH": f"{self.bin}:{os.environ.get('PATH', '')}"}
@@ -135,15 +161,18 @@ PermitUserEnvironment no
         return out
 
     def stop(self) -> None:
-        if self.sshd is not None and self.sshd.poll() is None:
-            os.killpg(self.sshd.pid, 15)
+        for sshd in self.sshds:
+            if sshd.poll() is not None:
+                continue
+            os.killpg(sshd.pid, 15)
             try:
-                self.sshd.wait(10)
+                sshd.wait(10)
             except subprocess.TimeoutExpired:
-                os.killpg(self.sshd.pid, 9)
-                self.sshd.wait(5)
+                os.killpg(sshd.pid, 9)
+                sshd.wait(5)
+        self.sshds = []
         for ns in self.made_ns:
-            sh(["ip", "netns", "delete", ns], check=False)  # takes the veth pair with it
+            sh(["ip", "netns", "delete", ns], check=False)  # takes the veth pairs (and the bridge) with it
             shutil.rmtree(Path("/etc/netns") / ns, ignore_errors=True)
         self.made_ns = []
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -6,6 +6,7 @@ import sys
 
 from benchmarks import fmnist
 
+from . import runtime
 from .mpirun import find_mpirun, mpirun_env
 from .ulfm import probe
 
@@ -44,6 +45,7 @@ def check(data_dir: str | None = None) -> int:
     elif not ulfm:
         problems.append("this MPI has no ULFM: the recovery modes need Open MPI 5 built with --with-ft=ulfm "
                         "(or run them with --recovery job-restart)")
+    rows += runtime_rows()
     try:  # imports torch and Horovod's MPI library: only here
         import horovod.torch as hvd
 
@@ -65,6 +67,24 @@ def check(data_dir: str | None = None) -> int:
     for p in problems:
         print(f"problem: {p}", file=sys.stderr)
     return 1 if problems else 0
+
+
+def runtime_rows() -> list[tuple[str, str]]:
+    """What each runtime (--runtime; launch/driver/runtime.py) is here, and whether it outlives a lost daemon."""
+    rows = []
+    for name in runtime.RUNTIMES:
+        if name == "prrte5" and not runtime.installed():
+            rows.append((f"runtime {name}", "not built: make setup-runtime (as root) for node loss in place"))
+            continue
+        version = runtime.prrte_version(runtime.prte_info(name))
+        if version is None:
+            rows.append((f"runtime {name}", "does not run (its prte_info failed)"))
+        elif runtime.survives_lost_daemon(version):
+            rows.append((f"runtime {name}", f"PRRTE {version}: survives a lost daemon (a node lost in place)"))
+        else:
+            rows.append((f"runtime {name}", f"PRRTE {version}: a lost daemon ends the job "
+                                            "(a node lost: --recovery job-restart)"))
+    return rows
 
 
 def ulfm_available(mpirun: str | None) -> bool:

@@ -27,6 +27,7 @@ from psmodes.suspicion import FENCER_ENV
 from ..analysis.machine import find_mpirun, venv_bin
 from ..faultkinds import plan_of
 from ..remote.routes import is_local
+from . import runtime
 from .hosts import from_specs, replacement_slots
 
 ROOT_ENV = {
@@ -36,11 +37,11 @@ ROOT_ENV = {
 
 
 def mpirun_command(cfg: RunConfig, mpirun: str | None = None) -> list[str]:
-    """The run's ``mpirun`` line: ULFM on (``--with-ft ulfm``) unless ``--no-ulfm``;
+    """The run's ``mpirun`` line (``--runtime prrte5``: that runtime's, entered by scripts/in_runtime.sh):
+    ULFM on (``--with-ft ulfm``) unless ``--no-ulfm``;
     with hosts, the slots (``--hostfile``) and the placement (``--map-by seq``)
     that launch/driver/hosts.py wrote into the run directory."""
-    mpirun = mpirun or find_mpirun() or "mpirun"
-    cmd = [mpirun]
+    cmd = runtime.mpirun(cfg.runtime, _multi_host(cfg)) or [mpirun or find_mpirun() or "mpirun"]
     if cfg.ulfm:
         cmd += ["--with-ft", "ulfm"]
     cmd += ["-np", str(cfg.n_ranks), *mapping_args(cfg)]
@@ -262,4 +263,5 @@ def with_rank_env(cmd: list[str], cfg) -> list[str]:
     (horovodrun forwards the launcher's whole environment itself)."""
     if cfg.launcher != "mpirun":
         return cmd
-    return [cmd[0], *[arg for name in rank_env(cfg) for arg in ("-x", name)], *cmd[1:]]
+    at = cmd.index("-np")  # mpirun's own options, after its command (a runtime's may be several words)
+    return [*cmd[:at], *[arg for name in rank_env(cfg) for arg in ("-x", name)], *cmd[at:]]

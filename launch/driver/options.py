@@ -21,6 +21,7 @@ from psmodes.config import GROUPS, ConfigError, Option, RunConfig, config_option
 
 from ..faultkinds import plan_of
 from ..remote.routes import is_local
+from . import runtime
 from .hosts import placement_of, resolve_hosts
 from .mpirun import find_mpirun, mpirun_env
 from .ulfm import supported
@@ -109,6 +110,11 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
     cfg.hosts = [h.spec() for h in hosts]
     # this machine alone: oversubscribed unless told not to; real hosts: only when asked
     cfg.oversubscribe = a.oversubscribe or (not hosts and not a.no_oversubscribe)
+    if cfg.runtime == "prrte5" and not runtime.installed():
+        raise ConfigError(f"--runtime prrte5: no PRRTE 5 runtime at {runtime.runtime_dir()}: run make setup-runtime "
+                          "(as root), or leave --runtime out")
+    if cfg.runtime == "prrte5" and cfg.launcher != "mpirun":
+        raise ConfigError("--runtime prrte5 launches with its own mpirun: leave --launcher out")
     if cfg.ulfm and not ulfm_supported():
         cfg.ulfm = False  # recorded in config.json; the modes that need ULFM refuse below
         if cfg.recovery == "ulfm" and cfg.recovery_mode.survives_ps_death:

@@ -146,7 +146,8 @@ def run_job(cfg: RunConfig, quiet: bool = False, tick=None, report: bool = True)
                     progress._write(f"[launcher] Open MPI failed to start the job ({failure}); starting it again")
                 continue
             if not restartable(cfg, watch, injector, t_attempt, attempt):
-                if watch.exit_reason is None and not watch.finished:  # e.g. a lost host's daemon (--kill-node)
+                # e.g. a lost host's daemon (--kill-node); PRRTE 5 (--runtime prrte5) reports one and goes on
+                if watch.exit_reason is None and not watch.finished and cfg.runtime == "pypi":
                     node_lost = any(k.get("daemons") for k in injector.done)
                     aborted = crashes.runtime_abort(_read_from(run_dir / "mpirun.log", log_at), node_lost)
                     if aborted:

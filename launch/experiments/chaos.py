@@ -18,7 +18,9 @@ that can restart the whole job from its checkpoint (checkpoint) lose the PS's
 host at their first fault (``--kill-node``: on one host every rank, the workers
 too) and run with ``--recovery job-restart``; ULFM cannot repair that in place
 (the workers are gone), nor, with Open MPI 5.0.x, a lost daemon on a second host
-(docs/clusters.md, "Whole-job restart"). After every trial the run directory is checked against
+(docs/clusters.md, "Whole-job restart"). Under ``--runtime prrte5`` over several hosts (PRRTE 5 outlives
+a lost daemon) a node-loss trial of any repairing mode is repaired in place instead, a spare on another
+host taking the lost roles. After every trial the run directory is checked against
 these invariants:
 
 - ``deadline``: the run completed or failed cleanly (a recorded reason) within
@@ -106,10 +108,12 @@ class Trial:
     cfg: RunConfig
     outside: list[float] = field(default_factory=list)  # seconds into training: chaos's own SIGKILLs of the PS
 
-    def lose_the_node(self) -> None:
+    def lose_the_node(self, in_place: bool = False) -> None:
         """Make this a node-loss trial: its first fault becomes a ``--kill-node`` (every rank on the
         PS's host and that host's daemon), ``--recovery job-restart`` restarts the job from the newest
-        checkpoint, and of the other faults only the absolute SIGKILLs stay (each is one more restart)."""
+        checkpoint, and of the other faults only the absolute SIGKILLs stay (each is one more restart).
+        ``in_place`` (``--runtime prrte5``, which outlives the lost daemon): repaired in place by a spare
+        on another host, as drawn but at least one; the later SIGKILLs are repaired in place too."""
         cfg = self.cfg
         times = sorted([_seconds(s) for s in cfg.kill_ps + cfg.hang_ps + cfg.slow_ps + cfg.partition_ps
                         if not s.startswith("+")]
@@ -118,7 +122,10 @@ class Trial:
         cfg.kill_node = [f"{first:g}s"]
         cfg.kill_ps = [s for s in cfg.kill_ps if not s.startswith("+") and _seconds(s) != first]
         cfg.hang_ps, cfg.slow_ps, cfg.partition_ps, self.outside = [], [], [], []
-        cfg.recovery, cfg.spares, cfg.refill_spares = "job-restart", 0, False
+        if in_place:
+            cfg.spares = max(1, cfg.spares)
+        else:
+            cfg.recovery, cfg.spares, cfg.refill_spares = "job-restart", 0, False
 
 
 def _seconds(spec: str) -> float:
@@ -144,11 +151,14 @@ def add_chaos_parser(sub) -> None:
     p.add_argument("--max-kills", type=int, default=2, help="faults per trial: 1 to this many")
     p.add_argument("--kinds", default=",".join(CHAOS_DEFAULT),
                    help=f"kinds of fault drawn for the PS: {', '.join(CHAOS_KINDS)} (default: all but partition; "
-                   "node: a quarter of the trials of a mode with --recovery job-restart lose the PS's host, the rest "
+                   "node: a quarter of the trials of a mode with --recovery job-restart (or under --runtime prrte5, "
+                   "repaired in place) lose the PS's host, the rest "
                    "as drawn; partition: the PS's host cut off, which needs it on another host: --hosts, --ps-host)")
     add_option(p, run["hosts"])
     add_option(p, run["hostfile"])
     add_option(p, run["ps_host"])
+    add_option(p, run["runtime"], help="pypi or prrte5 (make setup-runtime): under prrte5 a node loss is "
+               "repaired in place by a spare on another host, not by a job restart")
     p.add_argument("--spares", default=",".join(map(str, SPARES)),
                    help="the --spares drawn for each trial of a mode that repairs the job (e.g. 0 for none)")
     # not drawn by default: a refill makes a new world, which Open MPI 5.0.11 does not always finish
@@ -219,7 +229,7 @@ def plan_trials(a: argparse.Namespace) -> list[Trial]:
                             duration_s=duration, seed=a.seed * 1000 + i, model_params=a.model_params,
                             eval_interval_s=max(0.5, duration / 10), restart_delay_s=restart_delay,
                             hosts=[h.spec() for h in hosts], oversubscribe=not hosts,
-                            ps_host=getattr(a, "ps_host", None))
+                            ps_host=getattr(a, "ps_host", None), runtime=a.runtime)
             _draw(cfg, rng, duration, a.max_kills)
             per_fault = [k for k in kinds if k != "node"] or ["kill"]
             trial = Trial(cfg, _draw_kinds(cfg, rng, per_fault))
@@ -230,9 +240,10 @@ def plan_trials(a: argparse.Namespace) -> list[Trial]:
                 refill = a.refill_spares == "always" or (a.refill_spares == "drawn" and rng.random() < 0.5)
                 cfg.refill_spares = bool(cfg.spares) and cfg.consistency == "sync" and refill
             node = random.Random(f"{a.seed}/{mode}/{i}/node")  # its own draw: the other draws stay as they were
-            if "node" in kinds and cfg.recovery_mode.supports_job_restart \
+            in_place = a.runtime == "prrte5" and len(hosts) > 1 and not cfg.dies_with_ps  # the PS's host alone lost
+            if "node" in kinds and (in_place or cfg.recovery_mode.supports_job_restart) \
                     and node.random() < (1.0 if kinds == ["node"] else NODE_SHARE):
-                trial.lose_the_node()
+                trial.lose_the_node(in_place)
             cfg.run_dir = str((out / mode / f"trial-{i:03d}").resolve())
             _validate(cfg)  # resolves the optimizer, which decides whether the exchange can be pipelined
             exchange = random.Random(f"{a.seed}/{mode}/{i}/exchange")  # its own draw, as the node's

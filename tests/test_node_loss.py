@@ -1,0 +1,84 @@
+"""A node lost in place (issue #47): three network-namespace hosts (tests/netns_hosts.py), the job launched
+by the PRRTE 5 runtime (``--runtime prrte5``, ``make setup-runtime``), the PS's host lost with its Open MPI
+daemon (``--kill-node``): every rank there and its ``prted`` SIGKILLed at once over ssh. PRRTE 5 keeps the
+job; the survivors shrink and a spare on the third host takes the PS's role, in every mode, and the run
+completes without a restart. With PyPI's runtime the same loss ends the job (tests/test_netns.py)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, events, mpirun_log
+from launch.driver import runtime
+from netns_hosts import THREE, TwoHosts, Unavailable
+
+LOST_DAEMON = "PRTE has lost communication with a remote daemon"
+
+
+@pytest.fixture(scope="module")
+def three_hosts():
+    if not runtime.installed():
+        pytest.skip(f"no PRRTE 5 runtime at {runtime.runtime_dir()}: make setup-runtime (.ci/run builds it)")
+    hosts = TwoHosts(THREE)
+    try:
+        hosts.start()
+    except (Unavailable, OSError, subprocess.TimeoutExpired) as exc:
+        hosts.stop()
+        pytest.skip(f"no network namespaces here: {exc}")
+    yield hosts
+    hosts.stop()
+
+
+MODES = {"checkpoint": ["--checkpoint-every", "50"], "chain": ["--replicas", "1"], "stateless": [],
+         "hybrid": ["--replicas", "1"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", list(MODES))
+def test_the_ps_host_lost_with_its_daemon_is_repaired_in_place(three_hosts, tmp_path, mode):
+    """nodeb holds the PS alone; workers, evaluator (and a replica) are on nodea, the spare on nodec."""
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "launch.cli", "run", "--quiet", "--no-report", "--runtime", "prrte5",
+            "--benchmark", "synthetic", "--model-params", "100000", "--workers", "2", "--mode", mode, *MODES[mode],
+            "--duration", "8s", "--restart-delay", "0.5s", "--peer-timeout", "30s", "--spares", "1",
+            "--kill-node", "3s", "--hosts", f"nodea:{3 + ('--replicas' in MODES[mode])},nodeb:1,nodec:1", "--ps-host", "nodeb",
+            "--out", str(out)]  # nodea full: the spare goes to nodec
+    proc = subprocess.run(three_hosts.argv_on("nodea", argv), env={**three_hosts.env(), "PYTHONPATH": str(ROOT)},
+                          cwd=ROOT, timeout=240, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert (out / "summary.json").exists(), proc.stderr[-3000:] + mpirun_log(out)
+    s = json.loads((out / "summary.json").read_text())
+    placement = {r["role"]: r["host"] for r in json.loads((out / "placement.json").read_text())["ranks"]}
+    assert placement["ps"] == "nodeb" and placement["spare0"] == "nodec", placement
+    assert s["completed"] and not s.get("restarts"), s["exit_reason"] + mpirun_log(out)
+    (kill,) = events(out, "kill")
+    assert kill["host"] == "nodeb" and kill["daemons"], kill  # nodeb's prted died with the PS
+    assert LOST_DAEMON in mpirun_log(out, whole=True)  # the runtime saw it, and kept the job
+    # the spare takes the PS's role, or (chain, hybrid) the replica's whose holder was promoted
+    (taken,) = events(out, "spare_taken")
+    assert taken["role"] == ("replica1" if MODES[mode] == ["--replicas", "1"] else "ps"), taken
+    (rec,) = s["recoveries"]
+    assert rec["kind"] == "node", rec
+    if mode != "checkpoint":
+        assert rec["lost_steps"] == 0, rec  # chain and hybrid promote the replica; stateless replays
+    left = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True)
+    assert not left.stdout.strip(), left.stdout  # nothing of the run outlives it, on any host (one kernel)
+
+
+def test_a_daemon_lost_after_the_runtimes_spawn_error_is_recorded_as_its_own_failure():
+    """PRRTE 3.0.x lost a daemon nobody killed after its PMIx error in a spawn (chaos over two hosts): that
+    ends the job as a crash of the runtime's own (a failure nobody injected), not as a node loss."""
+    from launch.driver.crashes import runtime_abort
+
+    lost = (b"--------\nPRTE has lost communication with a remote daemon.\n"
+            b"  HNP daemon   : [prterun-nodea-1@0,0] on node nodea\n"
+            b"  Remote daemon: [prterun-nodea-1@0,1] on node nodeb\n")
+    dyn = b"[nodea:1] PMIX ERROR: PMIX_ERROR in file prrte/src/prted/pmix/pmix_server_dyn.c at line 1113\n"
+    reason, own = runtime_abort(dyn + lost, node_lost=False)
+    assert own and "spawn of a replacement" in reason and "nodeb" in reason, reason
+    reason, own = runtime_abort(lost, node_lost=True)  # --kill-node under PyPI's runtime: what it was asked
+    assert not own and "lost the daemon on nodeb" in reason, reason
+    assert runtime_abort(lost, node_lost=False)[1]  # a daemon lost that nobody killed: a failure all the same
+    assert runtime_abort(dyn) is None  # the spawn's error alone: the job went on
