@@ -176,3 +176,18 @@ PermitUserEnvironment no
             shutil.rmtree(Path("/etc/netns") / ns, ignore_errors=True)
         self.made_ns = []
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def hosts_or_skip(hosts: tuple[str, ...] = ("nodea", "nodeb")):
+    """A module fixture's body: the hosts started (the test skipped where namespaces cannot be made), then
+    stopped."""
+    import pytest
+
+    made = TwoHosts(hosts)
+    try:
+        made.start()
+    except (Unavailable, OSError, subprocess.TimeoutExpired) as exc:
+        made.stop()
+        pytest.skip(f"no network namespaces here: {exc}")
+    yield made
+    made.stop()

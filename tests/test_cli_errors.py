@@ -143,6 +143,15 @@ def test_doctor_reports_missing_data(tmp_path):
     assert proc.returncode == 1
     assert "ULFM (fault tolerance)" in proc.stdout
     assert "Fashion-MNIST not found" in proc.stderr
+    # what each runtime survives (launch/driver/runtime.py): PyPI's PRRTE 3.0.x ends the job at a lost daemon
+    assert "runtime pypi" in proc.stdout and "PRRTE 3.0" in proc.stdout and "a lost daemon ends the job" in proc.stdout
+    assert "runtime prrte5" in proc.stdout
+
+
+def test_runtime_prrte5_without_the_runtime_is_one_line(tmp_path):
+    proc = psbench("run", "--runtime", "prrte5", "--benchmark", "synthetic", "--out", str(tmp_path / "never"),
+                   env={"PSBENCH_RUNTIME_DIR": str(tmp_path / "none")})
+    assert_one_line_error(proc, "make setup-runtime")
 
 
 @pytest.mark.parametrize("body, factory, needle", [

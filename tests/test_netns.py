@@ -19,7 +19,7 @@ import warnings
 import pytest
 
 from conftest import ROOT, events, mpirun_log, open_mpi_crashed
-from netns_hosts import TwoHosts, Unavailable
+from netns_hosts import hosts_or_skip
 
 SYN = ["--benchmark", "synthetic", "--model-params", "200000", "--workers", "2", "--eval-interval", "1s",
        "--restart-delay", "2s"]
@@ -27,14 +27,7 @@ SYN = ["--benchmark", "synthetic", "--model-params", "200000", "--workers", "2",
 
 @pytest.fixture(scope="module")
 def two_hosts():
-    hosts = TwoHosts()
-    try:
-        hosts.start()
-    except (Unavailable, OSError, subprocess.TimeoutExpired) as exc:
-        hosts.stop()
-        pytest.skip(f"no network namespaces here: {exc}")
-    yield hosts
-    hosts.stop()
+    yield from hosts_or_skip()
 
 
 def run_on_nodea(two_hosts, out, *args: str, timeout: float = 180) -> dict:

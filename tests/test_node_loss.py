@@ -13,7 +13,7 @@ import pytest
 
 from conftest import ROOT, events, mpirun_log
 from launch.driver import runtime
-from netns_hosts import THREE, TwoHosts, Unavailable
+from netns_hosts import THREE, hosts_or_skip
 
 LOST_DAEMON = "PRTE has lost communication with a remote daemon"
 
@@ -22,14 +22,7 @@ LOST_DAEMON = "PRTE has lost communication with a remote daemon"
 def three_hosts():
     if not runtime.installed():
         pytest.skip(f"no PRRTE 5 runtime at {runtime.runtime_dir()}: make setup-runtime (.ci/run builds it)")
-    hosts = TwoHosts(THREE)
-    try:
-        hosts.start()
-    except (Unavailable, OSError, subprocess.TimeoutExpired) as exc:
-        hosts.stop()
-        pytest.skip(f"no network namespaces here: {exc}")
-    yield hosts
-    hosts.stop()
+    yield from hosts_or_skip(THREE)
 
 
 MODES = {"checkpoint": ["--checkpoint-every", "50"], "chain": ["--replicas", "1"], "stateless": [],
