@@ -134,12 +134,14 @@ class Cluster:
         have = set(self.roles)
         return [role for role in full if role not in have and role.kind != "worker"]
 
-    def respawn(self, missing: list[Role], run_dir: str, spawned=None) -> tuple[list[Role], list[Role]]:
+    def respawn(self, missing: list[Role], run_dir: str, spawned=None,
+                hosts_for=None) -> tuple[list[Role], list[Role]]:
         """Collective over the survivors: give the missing roles to the spares, start one
         process per role left over, and make the new world in canonical order.
 
         Returns (the roles spares took, the roles spawned). ``spawned``: called by the root
-        once the spawn returned (the ``in_spawn`` kill point)."""
+        once the spawn returned (the ``in_spawn`` kill point). ``hosts_for``: the host of each
+        role to spawn, given the roles left (None: the runtime places them)."""
         self.generation += 1
         roles, taken, missing = fill_from_spares(self.roles, missing)
         if not missing:
@@ -153,9 +155,18 @@ class Cluster:
             args = [["-m", "psmodes.main", "--run-dir", run_dir, "--role", r.spec, "--generation",
                      str(self.generation), "--parents", ",".join(p.spec for p in roles),
                      "--spawned", ",".join(m.spec for m in missing)] for r in missing]
+            # the survivors as they were: their pid files are theirs (a spare that took a role here has not
+            # written its new one yet)
+            hosts = hosts_for(self.roles, missing) if hosts_for is not None else [None] * len(missing)
+            infos = MPI.INFO_NULL
+            if any(hosts):
+                infos = [MPI.Info.Create() for _ in missing]
+                for info, host in zip(infos, hosts):
+                    if host is not None:
+                        info.Set("host", host)
             try:
                 inter = self.world.Spawn_multiple([sys.executable] * len(missing), args, [1] * len(missing),
-                                                  root=self.spawn_root)
+                                                  info=infos, root=self.spawn_root)
             except MPI.Exception as exc:
                 raise self._spawn_error(exc) from None
             if spawned is not None:

@@ -30,7 +30,7 @@ from .events import Ev, EventLog
 from .flatparams import FlatParams
 from .messages import ACTION_NONE, ACTION_REFILL, ACTION_SPAWN, HEADER_LEN, Announce
 from .optim import default_lr
-from .pidfiles import spawned_dead
+from .pidfiles import live_hosts_with_room, spawned_dead
 from .suspicion import COLD_START_S, suspect_the_silent
 
 # a spawn or join still running this long after a member's death is known is given up (see respawn)
@@ -304,7 +304,8 @@ class Context:
                 spawned = (lambda: killpoints.reached("in_spawn", self, attempt=attempt)) if root else None
                 to_spawn = fill_from_spares(self.cluster.roles, missing)[2]
                 names = [r.in_generation(self.cluster.generation + 1) for r in to_spawn]  # respawn's generation
-                taken, spawned_roles = self._bounded(lambda: self.cluster.respawn(missing, self.cfg.run_dir, spawned),
+                taken, spawned_roles = self._bounded(lambda: self.cluster.respawn(missing, self.cfg.run_dir, spawned,
+                                                                                  self._spawn_hosts),
                                                      self.outage_timeout, "spawn",
                                                      stalled_by=lambda: self._stalled(names, dead_spawned))
                 break
@@ -328,6 +329,15 @@ class Context:
         if self.refill_expected():
             self._post_action()
         return seconds
+
+    def _spawn_hosts(self, survivors: list, to_spawn: list) -> list[str | None]:
+        """Where each replacement goes: under ``--runtime prrte5`` over several hosts, a host where a survivor
+        runs (:func:`psmodes.pidfiles.live_hosts_with_room`); otherwise the runtime's choice (None), as
+        before."""
+        if self.cfg.runtime != "prrte5" or len(self.cfg.hosts) < 2:
+            return [None] * len(to_spawn)
+        return live_hosts_with_room(self.cfg.run_dir, self.cfg.hosts, [r.label for r in survivors],
+                                    [r.label for r in to_spawn], len(to_spawn))
 
     def _stalled(self, spawning: list[str], dead_spawned: list[dict]) -> tuple[str, float] | None:
         """Why the spawn of ``spawning`` may not end well, and how long it still gets (None: all is

@@ -114,3 +114,37 @@ def spawned_dead(run_dir: str | Path, names: list[str], stuck_after_s: float | N
             write_text_atomic(marker, json.dumps(seen) + "\n")
             dead.append(seen)
     return dead
+
+
+def live_hosts_with_room(run_dir: str | Path, hosts: list[str], holders: list[str], lost: list[str],
+                         n: int) -> list[str | None]:
+    """A host for each of ``n`` replacements among ``hosts`` (the allocation, ``name:slots``): not one where a
+    role of ``lost`` died and no role of ``holders`` (the survivors) runs, which is a lost node or, at least,
+    a host where a spawn fails (dpm.c:406 with Open MPI 5.0.11); of the others, the one with the most slots left
+    (the slots less the survivors there, less the replacements placed so far). None: no host is known.
+    PRRTE 5.0.0rc1, told no host after a lost node, sent the launch to every daemon, the lost one too, and
+    the spawn failed ("PRTE ERROR: Node has gone down"); told a live host, it spawned there
+    (../shared/DESIGN.md, "Node loss in place")."""
+    short = lambda name: str(name).split(".")[0]  # noqa: E731 - a pid file has the short host name
+    slots = {short(spec.rpartition(":")[0]): int(spec.rpartition(":")[2]) for spec in hosts}
+    load = {name: 0 for name in slots}
+    alive, died = set(), set()
+    for role, info in pid_files(run_dir):
+        host = short(info.get("host", ""))
+        if host not in load:
+            continue
+        if role in holders:
+            load[host] += 1
+            alive.add(host)
+        elif role in lost:
+            died.add(host)
+    candidates = [h for h in slots if h in alive or h not in died]
+    out: list[str | None] = []
+    for _ in range(n):
+        if not candidates:
+            out.append(None)
+            continue
+        best = min(candidates, key=lambda h: (load[h] - slots[h], list(slots).index(h)))
+        out.append(best)
+        load[best] += 1
+    return out

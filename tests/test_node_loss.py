@@ -60,6 +60,38 @@ def test_the_ps_host_lost_with_its_daemon_is_repaired_in_place(three_hosts, tmp_
     assert not left.stdout.strip(), left.stdout  # nothing of the run outlives it, on any host (one kernel)
 
 
+@pytest.mark.slow
+def test_without_a_spare_the_replacement_is_spawned_onto_a_live_host(three_hosts, tmp_path):
+    """No spare: the replacement PS is spawned onto nodec, where nothing ran but whose daemon lives (PRRTE
+    5.0.0rc1 told no host sent the launch to the lost daemon too: "Node has gone down", the spawn failed)."""
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "launch.cli", "run", "--quiet", "--no-report", "--runtime", "prrte5",
+            "--benchmark", "synthetic", "--model-params", "100000", "--workers", "2", "--mode", "checkpoint",
+            "--duration", "8s", "--restart-delay", "0.5s", "--peer-timeout", "30s", "--kill-node", "3s",
+            "--hosts", "nodea:3,nodeb:1,nodec:1", "--ps-host", "nodeb", "--out", str(out)]
+    proc = subprocess.run(three_hosts.argv_on("nodea", argv), env={**three_hosts.env(), "PYTHONPATH": str(ROOT)},
+                          cwd=ROOT, timeout=240, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert (out / "summary.json").exists(), proc.stderr[-3000:] + mpirun_log(out)
+    s = json.loads((out / "summary.json").read_text())
+    assert s["completed"] and not s.get("restarts"), s["exit_reason"] + mpirun_log(out)
+    hosts = {e["who"]: e["host"] for e in events(out, "start")}
+    assert hosts["ps"] == "nodeb" and hosts["ps-gen1"] == "nodec", hosts
+
+
+def test_a_replacement_goes_to_a_live_host_with_room(tmp_path):
+    """The host choice alone: a host where the dead died and nobody survives is not one; of the others, the
+    one with the most slots left, replacement by replacement."""
+    from psmodes.pidfiles import live_hosts_with_room
+
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    for role, host in (("ps", "nodeb"), ("evaluator", "nodea"), ("worker0", "nodea"), ("replica1", "nodec")):
+        (pids / f"{role}.json").write_text(json.dumps({"pid": 1, "host": host, "role": role}))
+    hosts = ["nodea:3", "nodeb:1", "nodec:3", "noded:1"]  # slots left: a 1, c 2, d 1 (nodeb is lost)
+    survivors = ["evaluator", "worker0", "replica1"]
+    assert live_hosts_with_room(tmp_path, hosts, survivors, ["ps"], 3) == ["nodec", "nodea", "nodec"]
+    assert live_hosts_with_room(tmp_path, ["nodeb:4"], [], ["ps"], 1) == [None]  # only the lost host: no choice
+
 def test_a_daemon_lost_after_the_runtimes_spawn_error_is_recorded_as_its_own_failure():
     """PRRTE 3.0.x lost a daemon nobody killed after its PMIx error in a spawn (chaos over two hosts): that
     ends the job as a crash of the runtime's own (a failure nobody injected), not as a node loss."""
