@@ -4,8 +4,12 @@ Every ``--replicate-every`` K updates the head (the PS, rank 0) posts its packed
 (weights and optimizer state) to the first replica, each replica forwards it
 (:mod:`psmodes.replica`), and with K=1 the tail acknowledges before the head answers
 the workers: strict, no acknowledged update is ever lost. With K > 1 the head does not
-wait: it ships every K-th version and waits for that send only when it ships the next,
-so a kill can catch the newest state in flight and at most 2K-1 versions are lost.
+wait: it ships every K-th version, the tail acknowledges it, and the head waits for that
+acknowledgement only when it ships the next, so a kill can catch the newest state in
+flight and at most 2K-1 versions are lost. Waiting for the send's completion alone was not
+enough: over TCP a completed send may still sit in the kernel's buffers, and a head cut off
+by a partition then killed applied 14 versions past its replica's copy with K=5 (chaos over
+two hosts, chain trial-002 of seed 46; the promise allows 9).
 
 When the head dies the first surviving replica is promoted in the shrink
 (:meth:`psmodes.cluster.Cluster.shrink`) and runs on as the PS with its state; a new
@@ -65,11 +69,12 @@ class ChainReplication(RecoveryMode):
         server.repl_sends = tp.PostedSends()
         server.repl_buf = torch.zeros(server.opt.state_numel)
         server.ack_pacer = tp.Pacer()  # the chain's ACK comes a steady few milliseconds after the state
+        server.awaiting_ack = None  # K > 1: (world, generation, version) of the state whose ACK comes later
 
     def ps_after_update(self, server) -> None:
         k = server.ctx.cfg.replicate_every
         if server.opt.version % k == 0:
-            replicate(server, wait_ack=k == 1)
+            replicate(server, wait_ack=k == 1, ack=True, ack_before_next=k > 1)
 
     def ps_after_respawn(self, server):
         # the new tail gets the whole state at once; it is still starting up: not suspected
@@ -83,14 +88,42 @@ class ChainReplication(RecoveryMode):
         if not c.replicas:
             return
         tp.wait(server.repl_sends.on(c.world), ctx.peer_timeout, "previous replication", watch=ctx.death_watch())
+        previous_acknowledged(server)
         tp.send(c.world, Stop(server.opt.version), None, c.replicas[0], tp.TAG_CHAIN, ctx.peer_timeout,
                 "stop the chain", watch=ctx.death_watch())
 
 
-def replicate(server, wait_ack: bool, ack: bool | None = None, fresh: bool = False) -> None:
+def previous_acknowledged(server, after: float | None = None) -> None:
+    """K > 1: wait for the tail's ACK of the state shipped last (``server.awaiting_ack``), if it was shipped on
+    this world in this generation: a repair since (a new world, or spares relabelled in place) leaves it
+    unanswered for good, and a live tail would be blamed for it. It came long ago, normally: K updates."""
+    from mpi4py import MPI
+
+    from .. import transport as tp
+    from ..errors import RunFailed
+    from ..messages import Ack
+    from ..suspicion import Suspicion
+
+    ctx, c = server.ctx, server.ctx.cluster
+    awaiting, server.awaiting_ack = server.awaiting_ack, None
+    if awaiting is None or awaiting[:2] != (c.world, c.generation):
+        return
+    suspect = None if after is None else Suspicion(ctx, c.replicas[-1], "the previous state's acknowledgement",
+                                                   after, route=tuple(c.replicas[:-1]))
+    ack, _ = tp.recv(c.world, MPI.ANY_SOURCE, tp.TAG_ACK, ctx.peer_timeout, "tail acknowledges the previous state",
+                     Ack, on_idle=ctx.idle, suspect=suspect)
+    if suspect is not None:
+        suspect.done()
+    if ack.version != awaiting[2]:
+        raise RunFailed(f"tail acknowledged version {ack.version}, the head shipped {awaiting[2]}")
+
+
+def replicate(server, wait_ack: bool, ack: bool | None = None, fresh: bool = False,
+              ack_before_next: bool = False) -> None:
     """Send the head's state down the chain (strict: and wait for the tail's ACK; ``ack``: the
     tail acknowledges, by default when the head waits for it; ``fresh``: to a replica that was
-    just spawned, whose first answer is not suspected).
+    just spawned, whose first answer is not suspected; ``ack_before_next``: the ACK is awaited
+    before the next state ships, :func:`previous_acknowledged`; hybrid reads its ACKs itself).
 
     Every wait here also watches for a respawn announcement (``ctx.idle``): under
     ``--consistency async`` the leader announces at any time, also while the head is
@@ -118,6 +151,7 @@ def replicate(server, wait_ack: bool, ack: bool | None = None, fresh: bool = Fal
             watch=ctx.death_watch(), suspect=suspect)
     if suspect is not None:
         suspect.done()
+    previous_acknowledged(server, None if fresh else after)
     if wait_ack and opt.n_buffers == 0:
         # the state is the weights alone (plain SGD) and nothing changes them before the ACK: sent as
         # they are, without a model-sized copy on every strict update
@@ -127,6 +161,8 @@ def replicate(server, wait_ack: bool, ack: bool | None = None, fresh: bool = Fal
         payload = server.repl_buf
     state = State(opt.version, wait_ack if ack is None else ack, server.t0_ms)
     server.repl_sends.post(c.world, tp.isend(c.world, state, payload.numpy(), c.replicas[0], tp.TAG_CHAIN))
+    if ack_before_next:
+        server.awaiting_ack = (c.world, c.generation, opt.version)
     killpoints.reached("chain_forward", ctx, version=opt.version)
     if wait_ack:
         # the state not taken is the successor's; the ACK then missing is the tail's (the successor's own
