@@ -115,12 +115,15 @@ class Trial:
         ``in_place`` (``--runtime prrte5``, which outlives the lost daemon): repaired in place by a spare
         on another host, as drawn but at least one; the later SIGKILLs are repaired in place too."""
         cfg = self.cfg
+        # a chain's draw may give its faults to the replicas alone: their first time then (seen: chaos --kinds
+        # node --runtime prrte5 stopped on an IndexError here, before any trial ran)
         times = sorted([_seconds(s) for s in cfg.kill_ps + cfg.hang_ps + cfg.slow_ps + cfg.partition_ps
-                        if not s.startswith("+")]
+                        + cfg.kill_replica if not s.startswith("+")]
                        + self.outside)
         first = times[0]
         cfg.kill_node = [f"{first:g}s"]
         cfg.kill_ps = [s for s in cfg.kill_ps if not s.startswith("+") and _seconds(s) != first]
+        cfg.kill_replica = [s for s in cfg.kill_replica if s.startswith("+") or _seconds(s) != first]
         cfg.hang_ps, cfg.slow_ps, cfg.partition_ps, self.outside = [], [], [], []
         if in_place:
             cfg.spares = max(1, cfg.spares)
@@ -129,8 +132,8 @@ class Trial:
 
 
 def _seconds(spec: str) -> float:
-    """The time of a drawn fault (``12.5s``, ``12.5s~0.90s``), seconds into training."""
-    return float(spec.partition("~")[0].rstrip("s"))
+    """The time of a drawn fault (``12.5s``, ``12.5s~0.90s``, ``12.5s@replica2``), seconds into training."""
+    return float(spec.partition("@")[0].partition("~")[0].rstrip("s"))
 
 
 def add_chaos_parser(sub) -> None:
