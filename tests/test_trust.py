@@ -11,7 +11,7 @@ import re
 import pytest
 import torch
 
-from conftest import events, psbench, run_ok
+from conftest import deaths_on_record, events, psbench, run_ok
 
 # a regressor that the stateless replay throws over a cliff (tests/cliff_workload.py)
 CLIFF = ["--benchmark", "tests/cliff_workload.py:workload", "--workers", "2", "--restart-delay", "0",
@@ -70,7 +70,8 @@ def test_a_replay_that_diverges_ends_the_run_as_diverged_and_the_report_says_so(
 
 def test_on_diverge_continue_trains_on_and_records_the_same(tmp_path):
     out, s = run_ok(tmp_path, *DIVERGING, "--on-diverge", "continue", expect_complete=False)
-    assert s["diverged"] and s["diverged"]["policy"] == "continue"
+    # once in a suite (2026-12-07) the run recorded no divergence, and passed 4 of 4 alone: say what it recorded
+    assert s["diverged"] and s["diverged"]["policy"] == "continue", s["exit_reason"] + "\n" + deaths_on_record(out, s)
     assert not s["completed"] and s["exit_reason"].startswith("diverged")
     assert s["train_s"] > 7, s["train_s"]  # trained to the end of its 8 s
     evaluated = [e["value"] for e in events(out, "eval")]
