@@ -241,13 +241,13 @@ def join(parents: MPI.Group, parent_roles: list[Role], spawned: MPI.Group, spawn
     returns holds up nobody but that thread."""
     roles = parent_roles + spawned_roles
     order = sorted(range(len(roles)), key=lambda i: sort_key(roles[i]))
-    group = MPI.Group.Union(parents, spawned).Incl(order)
     try:
         if MERGE_JOIN and inter is not None:
             created = inter.Merge(high=spawned_side)  # the parents first, in their order, then the spawned
             created.Set_errhandler(MPI.ERRORS_RETURN)
             world = created.Split(0, order.index(created.Get_rank()))
         else:
+            group = MPI.Group.Union(parents, spawned).Incl(order)
             created = MPI.Intracomm.Create_from_group(group, f"psbench.world.{generation}")
             created.Set_errhandler(MPI.ERRORS_RETURN)
             world = created.Dup()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from benchmarks import fmnist
+from psmodes.config import RUNTIMES
 
 from . import runtime
 from .mpirun import find_mpirun, mpirun_env
@@ -72,7 +73,7 @@ def check(data_dir: str | None = None) -> int:
 def runtime_rows() -> list[tuple[str, str]]:
     """What each runtime (--runtime; launch/driver/runtime.py) is here, and whether it outlives a lost daemon."""
     rows = []
-    for name in runtime.RUNTIMES:
+    for name in RUNTIMES:
         if name == "prrte5" and not runtime.installed():
             rows.append((f"runtime {name}", "not built: make setup-runtime (as root) for node loss in place"))
             continue

@@ -236,7 +236,7 @@ def mpirun_env(cfg: RunConfig | None = None) -> dict[str, str]:
     # A pipelined receive from a peer that died mid-transfer (a host cut off, then its PS killed) stays on
     # ob1's recv_pending list, and the next rendezvous completion on any BTL spun in
     # mca_pml_ob1_recv_request_schedule_once for good: a later MPI_Irecv from a live peer on the same host
-    # never returned (gdb; chaos over two hosts, hybrid trial-039: 4 of 4 runs hung, 0 of 3 without put;
+    # never returned (gdb; chaos over two hosts, hybrid trial-039: 4 of 4 runs hung, 0 of 2 without put;
     # docs/openmpi.md item 16). TCP's put is emulated by sends anyway.
     env.setdefault("OMPI_MCA_btl_tcp_flags", TCP_FLAGS)
     # Open MPI's blocking calls busy-poll; Horovod's background thread waits in them, so with more

@@ -20,8 +20,6 @@ import os
 import subprocess
 from pathlib import Path
 
-from psmodes.config import RUNTIMES  # noqa: F401 - the names, declared with the option
-
 from ..analysis.machine import venv_bin
 
 ROOT = Path(__file__).resolve().parents[2]
