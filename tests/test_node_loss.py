@@ -13,7 +13,7 @@ import pytest
 
 from conftest import ROOT, events, mpirun_log
 from launch.driver import runtime
-from netns_hosts import THREE, hosts_or_skip
+from netns_hosts import THREE, TwoHosts, hosts_or_skip
 
 LOST_DAEMON = "PRTE has lost communication with a remote daemon"
 
@@ -29,20 +29,27 @@ MODES = {"checkpoint": ["--checkpoint-every", "50"], "chain": ["--replicas", "1"
          "hybrid": ["--replicas", "1"]}
 
 
+def lose_nodeb(hosts: TwoHosts, out, *args: str) -> dict:
+    """``psbench run --runtime prrte5`` from nodea, the PS alone on nodeb, nodeb lost with its daemon at 3 s;
+    the run's summary."""
+    argv = [sys.executable, "-m", "launch.cli", "run", "--quiet", "--no-report", "--runtime", "prrte5",
+            "--benchmark", "synthetic", "--model-params", "100000", "--workers", "2", *args, "--duration", "8s",
+            "--restart-delay", "0.5s", "--peer-timeout", "30s", "--kill-node", "3s", "--ps-host", "nodeb",
+            "--out", str(out)]
+    proc = subprocess.run(hosts.argv_on("nodea", argv), env={**hosts.env(), "PYTHONPATH": str(ROOT)},
+                          cwd=ROOT, timeout=240, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert (out / "summary.json").exists(), proc.stderr[-3000:] + mpirun_log(out)
+    return json.loads((out / "summary.json").read_text())
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", list(MODES))
 def test_the_ps_host_lost_with_its_daemon_is_repaired_in_place(three_hosts, tmp_path, mode):
     """nodeb holds the PS alone; workers, evaluator (and a replica) are on nodea, the spare on nodec."""
     out = tmp_path / "run"
-    argv = [sys.executable, "-m", "launch.cli", "run", "--quiet", "--no-report", "--runtime", "prrte5",
-            "--benchmark", "synthetic", "--model-params", "100000", "--workers", "2", "--mode", mode, *MODES[mode],
-            "--duration", "8s", "--restart-delay", "0.5s", "--peer-timeout", "30s", "--spares", "1",
-            "--kill-node", "3s", "--hosts", f"nodea:{3 + ('--replicas' in MODES[mode])},nodeb:1,nodec:1", "--ps-host", "nodeb",
-            "--out", str(out)]  # nodea full: the spare goes to nodec
-    proc = subprocess.run(three_hosts.argv_on("nodea", argv), env={**three_hosts.env(), "PYTHONPATH": str(ROOT)},
-                          cwd=ROOT, timeout=240, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    assert (out / "summary.json").exists(), proc.stderr[-3000:] + mpirun_log(out)
-    s = json.loads((out / "summary.json").read_text())
+    replica = "--replicas" in MODES[mode]
+    s = lose_nodeb(three_hosts, out, "--mode", mode, *MODES[mode], "--spares", "1",
+                   "--hosts", f"nodea:{3 + replica},nodeb:1,nodec:1")  # nodea full: the spare goes to nodec
     placement = {r["role"]: r["host"] for r in json.loads((out / "placement.json").read_text())["ranks"]}
     assert placement["ps"] == "nodeb" and placement["spare0"] == "nodec", placement
     assert s["completed"] and not s.get("restarts"), s["exit_reason"] + mpirun_log(out)
@@ -51,7 +58,7 @@ def test_the_ps_host_lost_with_its_daemon_is_repaired_in_place(three_hosts, tmp_
     assert LOST_DAEMON in mpirun_log(out, whole=True)  # the runtime saw it, and kept the job
     # the spare takes the PS's role, or (chain, hybrid) the replica's whose holder was promoted
     (taken,) = events(out, "spare_taken")
-    assert taken["role"] == ("replica1" if MODES[mode] == ["--replicas", "1"] else "ps"), taken
+    assert taken["role"] == ("replica1" if replica else "ps"), taken
     (rec,) = s["recoveries"]
     assert rec["kind"] == "node", rec
     if mode != "checkpoint":
@@ -65,14 +72,7 @@ def test_without_a_spare_the_replacement_is_spawned_onto_a_live_host(three_hosts
     """No spare: the replacement PS is spawned onto nodec, where nothing ran but whose daemon lives (PRRTE
     5.0.0rc1 told no host sent the launch to the lost daemon too: "Node has gone down", the spawn failed)."""
     out = tmp_path / "run"
-    argv = [sys.executable, "-m", "launch.cli", "run", "--quiet", "--no-report", "--runtime", "prrte5",
-            "--benchmark", "synthetic", "--model-params", "100000", "--workers", "2", "--mode", "checkpoint",
-            "--duration", "8s", "--restart-delay", "0.5s", "--peer-timeout", "30s", "--kill-node", "3s",
-            "--hosts", "nodea:3,nodeb:1,nodec:1", "--ps-host", "nodeb", "--out", str(out)]
-    proc = subprocess.run(three_hosts.argv_on("nodea", argv), env={**three_hosts.env(), "PYTHONPATH": str(ROOT)},
-                          cwd=ROOT, timeout=240, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    assert (out / "summary.json").exists(), proc.stderr[-3000:] + mpirun_log(out)
-    s = json.loads((out / "summary.json").read_text())
+    s = lose_nodeb(three_hosts, out, "--mode", "checkpoint", "--hosts", "nodea:3,nodeb:1,nodec:1")
     assert s["completed"] and not s.get("restarts"), s["exit_reason"] + mpirun_log(out)
     hosts = {e["who"]: e["host"] for e in events(out, "start")}
     assert hosts["ps"] == "nodeb" and hosts["ps-gen1"] == "nodec", hosts
@@ -91,6 +91,7 @@ def test_a_replacement_goes_to_a_live_host_with_room(tmp_path):
     survivors = ["evaluator", "worker0", "replica1"]
     assert live_hosts_with_room(tmp_path, hosts, survivors, ["ps"], 3) == ["nodec", "nodea", "nodec"]
     assert live_hosts_with_room(tmp_path, ["nodeb:4"], [], ["ps"], 1) == [None]  # only the lost host: no choice
+
 
 def test_a_daemon_lost_after_the_runtimes_spawn_error_is_recorded_as_its_own_failure():
     """PRRTE 3.0.x lost a daemon nobody killed after its PMIx error in a spawn (chaos over two hosts): that
