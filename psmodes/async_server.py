@@ -89,45 +89,6 @@ class AsyncParameterServer(ParameterServer):
             inbox.close()
         self._finish()
 
-    def _repair_first(self, hdr, src: int) -> None:
-        """A worker's message of a newer world generation: the worker has been through a repair this PS has
-        not joined yet, one the spares covered in place (psmodes/cluster.py: relabelled, not collective, so
-        the workers may finish their part and say Hello before the PS even notices the announcement).
-        Served now, its answer could be lost to the repair: seen over two hosts (psbench chaos, async chain,
-        one spare), the promoted head answered both workers' Hellos before its own part of the repair,
-        applied worker1's next gradient, and the repair's announcement, noticed in the chain's replication
-        of that update, cut the answer off; the serve loop then started its bookkeeping afresh and waited
-        for Hellos that had come already, and worker1 waited for its answer until it suspected the live
-        head, which was fenced. So the header is kept for the serve loop after the repair, and the PS
-        joins the repair first."""
-        ctx = self.ctx
-        tp.KEPT.keep(ctx.cluster.world, src, tp.TAG_TO_PS, hdr)
-        deadline = time.monotonic() + ctx.peer_timeout
-        while time.monotonic() < deadline:
-            ctx.idle()  # RespawnNow once the leader's announcement is in
-            time.sleep(0.001)
-        raise tp.PeerTimeout(f"a worker's message of generation {generation_of(hdr)} came, and no repair was "
-                             f"announced to this PS (generation {tp.GENERATIONS.current}) in {ctx.peer_timeout:.0f} s")
-
-    def _idle(self) -> None:
-        super()._idle()
-        self._suspect_hung_workers()
-
-    def _suspect_hung_workers(self) -> None:
-        """A worker this PS has not heard from for ``--suspect-after``, whose beacon has been as silent, is
-        hung: suspected (the launcher fences it; psmodes/suspicion.py). Nobody else waits for it: the
-        others go on without it (async) or wait for it at the bound (``bounded:S``) or at the run's end."""
-        after, now = self.ctx.cfg.suspect_after_s, time.monotonic()
-        if not after or now < self.next_check:
-            return
-        self.next_check = now + 0.05
-        cold = self.ctx.cold_until  # a replacement PS's own start-up is not the workers' silence
-        quiet = [f"worker{i}" for i, t in self.heard.items()
-                 if now - max(t, cold) >= after and i not in self.stopped_workers]
-        if quiet:
-            suspect_the_silent(self.ctx, "the worker's next gradient", now - min(self.heard.values()),
-                               self.suspected, members=quiet)
-
     # ---- gradients and answers
     def _gradient(self, grad: Grad, src: int) -> None:
         index = grad.worker
