@@ -20,7 +20,7 @@ import pytest
 
 from conftest import psbench
 from launch.analysis.machine import find_mpirun
-from launch.driver.mpirun import purge_stale_segments, purge_stale_sessions, transient_start_failure, mpirun_env
+from launch.driver.mpirun import mpirun_env, purge_stale_segments, purge_stale_sessions, start_message, transient_start_failure
 from psmodes.pidfiles import alive
 
 AHEAD = 400  # pids planted ahead of the next one: the launcher forks a few processes before mpirun
@@ -97,6 +97,16 @@ def test_the_start_up_failure_is_recognised_and_others_are_not():
     log = (b"---------\nThe PMIx server's listener thread failed to start. We cannot\ncontinue.\n\n---------\n")
     assert transient_start_failure(log) == "The PMIx server's listener thread failed to start. We cannot continue."
     assert transient_start_failure(b"mpirun was unable to launch the specified application\n") is None
+    # the two-host chaos run's (hybrid trial-045 of 100): the remote daemon exited before it reported back
+    daemon = (b"------\nA daemon failed to report back after being spawned. This could\nbe due to several factors.\n\n"
+              b"  Local host:    nodea\n  Remote host:   nodeb\n  Daemon exit status: 213\n------\n")
+    assert transient_start_failure(daemon) == "A daemon failed to report back after being spawned. This could " \
+                                             "be due to several factors."
+    # any other: Open MPI's first message is the run's reason
+    assert start_message(b"-----\nmpirun was unable to launch\nthe application.\n-----\n") == \
+        "mpirun was unable to launch the application."
+    assert start_message(b"ORTE_ERROR_LOG: Not found\nmore\n") == "ORTE_ERROR_LOG: Not found"
+    assert start_message(b"") == "mpirun printed nothing"
 
 
 @pytest.mark.slow

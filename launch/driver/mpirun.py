@@ -195,7 +195,11 @@ def purge_leftovers() -> None:
 # server's listener thread failed to start" and exited, and the run was recorded as incomplete.
 # purge_stale_sessions removes the cause known here; the retry covers a directory that a job
 # started beside this one leaves meanwhile, or a cause not known yet.
-TRANSIENT_START_FAILURES = (b"The PMIx server's listener thread failed to start",)
+# Seen too (two-host chaos, 2026-12-07, once in 100 jobs): the remote host's daemon, started over ssh,
+# exited with status 213 before it reported back ("A daemon failed to report back after being spawned"),
+# and the next job on the same hosts started.
+TRANSIENT_START_FAILURES = (b"The PMIx server's listener thread failed to start",
+                            b"A daemon failed to report back after being spawned")
 START_RETRIES = 2  # how often the launcher starts such a job again
 
 
@@ -203,14 +207,31 @@ def transient_start_failure(log: bytes) -> str | None:
     """The line of Open MPI's output (``mpirun.log``) that names a transient start-up failure, if any."""
     for needle in TRANSIENT_START_FAILURES:
         at = log.find(needle)
-        if at >= 0:  # the message runs to a blank line or Open MPI's line of dashes
-            lines = []
-            for line in log[at:].splitlines():
-                if not line.strip() or line.startswith(b"---"):
-                    break
-                lines.append(line.strip())
-            return b" ".join(lines).decode(errors="replace")
+        if at >= 0:
+            return _message_at(log, at)
     return None
+
+
+def start_message(log: bytes) -> str:
+    """Open MPI's first message in ``log`` (a job that ended before any rank started): the text after
+    its first line of dashes, or the log's first line."""
+    dashes = log.find(b"---")
+    if dashes >= 0:
+        at = log.find(b"\n", dashes)
+        if at >= 0 and log[at + 1:].strip():
+            return _message_at(log, at + 1)
+    first = log.strip().splitlines()
+    return first[0].decode(errors="replace").strip() if first else "mpirun printed nothing"
+
+
+def _message_at(log: bytes, at: int) -> str:
+    """The message from ``at`` to a blank line or Open MPI's next line of dashes, on one line."""
+    lines = []
+    for line in log[at:].splitlines():
+        if not line.strip() or line.startswith(b"---"):
+            break
+        lines.append(line.strip())
+    return b" ".join(lines).decode(errors="replace")
 
 
 def launch_command(cfg: RunConfig) -> list[str]:

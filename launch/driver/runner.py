@@ -40,8 +40,8 @@ from ..remote.routes import close_ssh_masters, is_local, kill_route
 from .clocks import measure_offset
 from .hosts import placement_of
 from .injector import Injector
-from .mpirun import (START_RETRIES, launch_command, mpirun_env, purge_leftovers, rank_env, transient_start_failure,
-                     with_rank_env)
+from .mpirun import (START_RETRIES, launch_command, mpirun_env, purge_leftovers, rank_env, start_message,
+                     transient_start_failure, with_rank_env)
 
 FAILED_GRACE_S = 15.0  # after a rank reports a fatal failure, how long the others get to finish
 RESTART_GRACE_S = 3.0  # the same for a job that ends to be restarted (--recovery job-restart)
@@ -145,6 +145,11 @@ def run_job(cfg: RunConfig, quiet: bool = False, tick=None, report: bool = True)
                 if not quiet:
                     progress._write(f"[launcher] Open MPI failed to start the job ({failure}); starting it again")
                 continue
+            if watch.exit_reason is None and not watch.ranks.started and watch.t0 is None and not watch.finished:
+                # a start-up failure starting again does not cure: no rank ran, so Open MPI's message is the reason
+                why = start_message(_read_from(run_dir / "mpirun.log", log_at))
+                watch.exit_reason = f"Open MPI did not start the job: {why}"
+                break
             if not restartable(cfg, watch, injector, t_attempt, attempt):
                 # e.g. a lost host's daemon (--kill-node); PRRTE 5 (--runtime prrte5) reports one and goes on
                 if watch.exit_reason is None and not watch.finished and cfg.runtime == "pypi":
