@@ -29,7 +29,7 @@ from .async_server import staleness_lr_scale
 from .context import RespawnNow, no_repair
 from .events import Ev
 from .flatparams import digest
-from .messages import ACTION_NONE, DONE, FAILED, POLICY_CODES, RUNNING, Answer, Grad, Hello
+from .messages import ACTION_NONE, ACTION_REFILL, DONE, FAILED, POLICY_CODES, RUNNING, Answer, Grad, Hello
 from .outage import Outage
 from .suspicion import Suspicion
 from .worker import Worker
@@ -65,6 +65,10 @@ class AsyncWorker(Worker):
         t_iter = time.perf_counter()
         if self.leader and self._respawn_due():
             self.ctx.announce()
+            self._respawn()
+            return
+        if self.leader and self.ps_up and self._refill_due():
+            self.ctx.announce(ACTION_REFILL)  # a lost worker's replacement (psmodes/elastic.py)
             self._respawn()
             return
         if self.ps_up:
@@ -134,7 +138,7 @@ class AsyncWorker(Worker):
         so a worker that a repair dropped is dropped here from this worker's data shards too."""
         c, ctx, cfg = self.ctx.cluster, self.ctx, self.ctx.cfg
         if self._group_changed():
-            self._reshard(self._take_group())
+            self._reshard(*self._take_group())
         offer = self.mode.handover(self)  # stateless: this worker's buffer for a fresh replacement
         handover = offer is not None
         buffered, vectors = offer if handover else (0, [])
@@ -245,6 +249,11 @@ class AsyncWorker(Worker):
         self._join_repair()
         self.repair_due = None
         return True
+
+    def _refill_due(self) -> bool:
+        """The leader: a lost worker's replacement is due (Context.refill_due), with no repair of the PS under
+        way."""
+        return self.repair_due is None and self.repair_call is None and self.ctx.refill_due()
 
     def _respawn(self) -> None:
         """Everyone joins the collective spawn of the missing roles."""

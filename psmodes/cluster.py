@@ -26,7 +26,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from . import transport
+from . import elastic, transport
 from .errors import RunFailed
 from .roles import Role, layout, sort_key
 
@@ -126,13 +126,15 @@ class Cluster:
         """Ranks of the world that this process knows to have failed (a local call)."""
         return transport.failed_ranks(self.world)
 
-    def missing(self, full: list[Role]) -> list[Role]:
-        """The roles of ``full`` no member holds, but workers: a lost worker is not replaced yet (the
-        group goes on without it: psmodes/elastic.py). Spawned, it had no workers' communicator to
-        join (seen: a worker that died in the same repair as the PS was respawned, and stopped with
+    def missing(self, full: list[Role], workers: int = 0) -> list[Role]:
+        """The roles of ``full`` no member holds but workers, then the workers that bring the group back to
+        ``workers`` (0: none; psmodes/elastic.py). A lost worker is replaced by one of a new index, only in
+        a respawn the workers take part in as a group (a refill), never with the PS's repair: spawned in a
+        repair the workers ran on a helper thread, it had no workers' group to join (seen: it stopped with
         AttributeError on its missing communicator)."""
         have = set(self.roles)
-        return [role for role in full if role not in have and role.kind != "worker"]
+        return [role for role in full if role not in have and role.kind != "worker"] + \
+            elastic.replacements(self.roles, workers)
 
     def respawn(self, missing: list[Role], run_dir: str, spawned=None,
                 hosts_for=None) -> tuple[list[Role], list[Role]]:

@@ -307,6 +307,10 @@ class RunConfig:
                               "--allreduce mpi --exchange blocking: psmodes/elastic.py) while at least N workers are "
                               "left; below, the run ends cleanly", group="recovery",
                               check=positive_int)
+    replace_workers: bool = option(True, "--no-replace-workers", "a lost worker is not replaced: the group goes "
+                                   "on short (down to --min-workers). By default a spare, or a process spawned after "
+                                   "--restart-delay, takes the lost worker's place (psmodes/elastic.py)",
+                                   group="recovery")
     elastic_batch: str = option("local", "--elastic-batch", "sync, once a worker is lost: local keeps each "
                                 "worker's batch and scales the learning rate with the workers left (the linear "
                                 "scaling rule); global keeps the global batch (each survivor takes a larger one) "

@@ -74,7 +74,8 @@ class Context:
         self._action_req: MPI.Request | None = None
         self._deaths = transport.DeathWatch()
         self.refilling = False  # the announcement that came was ACTION_REFILL (read by respawn)
-        self.refill_after = 0.0  # no refill before this (monotonic): REFILL_SETTLE_S after a repair
+        self.refill_after = 0.0  # no refill that spawns before this (monotonic): REFILL_SETTLE_S after a repair
+        self.replace_after = 0.0  # no lost worker's replacement before this: --restart-delay after the loss
         self.divergence = Divergence(self)  # a non-finite value, recorded once (psmodes/divergence.py)
         # a message of an older world generation, dropped with its payloads (psmodes.transport.Generations)
         transport.GENERATIONS.on_drop = lambda **what: self.log.emit(Ev.STALE_DROPPED, **what)
@@ -183,10 +184,36 @@ class Context:
         return action in (ACTION_SPAWN, ACTION_REFILL)
 
     def refill_expected(self) -> bool:
-        """--refill-spares with spares used up: the leader will announce their refill once training
-        runs again (every survivor waits for the announcement meanwhile). The same on every rank:
-        a function of the roles the repairs agreed on."""
-        return self.cfg.refill_spares and any(r.kind == "spare" for r in self.cluster.missing(initial_layout(self.cfg)))
+        """--refill-spares with spares used up, or a lost worker to replace (psmodes/elastic.py): the
+        leader will announce the refill once training runs again (every survivor waits for the
+        announcement meanwhile). The same on every rank: a function of the roles the repairs agreed on."""
+        spares = self.cfg.refill_spares and any(r.kind == "spare" for r in self.cluster.missing(initial_layout(self.cfg)))
+        return spares or (elastic.replaces(self.cfg) and self.workers_left < self.cfg.workers)
+
+    def _missing(self, refill: bool) -> list:
+        """The roles a respawn fills: those missing but workers; a refill, the spares used up too
+        (--refill-spares) and the lost workers' replacements, since the workers take part in it as a group
+        (psmodes/elastic.py)."""
+        full = initial_layout(self.cfg) if refill and self.cfg.refill_spares else full_layout(self.cfg)
+        return self.cluster.missing(full, self.cfg.workers if refill and elastic.replaces(self.cfg) else 0)
+
+    def refill_due(self) -> bool:
+        """The leader, with training running: whether to announce the refill now. A lost worker's
+        replacement waits ``--restart-delay`` after the loss (``replace_after``), as a PS's respawn does;
+        a refill that spawns (a new world) waits REFILL_SETTLE_S after the last repair too
+        (``refill_after``). One that spares fill in place makes no new world and does not wait for it."""
+        now = time.monotonic()
+        if now < self.replace_after or not self.refill_expected():
+            return False
+        return now >= self.refill_after or not fill_from_spares(self.cluster.roles, self._missing(True))[2]
+
+    def settle_refill(self) -> None:
+        """No refill that spawns before REFILL_SETTLE_S from now (after a repair or the leader's recovery)."""
+        self.refill_after = max(self.refill_after, time.monotonic() + REFILL_SETTLE_S)
+
+    def replace_later(self) -> None:
+        """A worker was lost: its replacement is due ``--restart-delay`` from now."""
+        self.replace_after = max(self.replace_after, time.monotonic() + self.cfg.restart_delay_s)
 
     def _announcement(self) -> int:
         """The action of the leader's completed broadcast. ULFM can complete it with nothing
@@ -292,10 +319,9 @@ class Context:
         worker ends the run, with the same one-line reason as a death outside
         the spawn."""
         refill, self.refilling = (self.refilling if refill is None else refill), False
-        full = initial_layout(self.cfg) if refill else full_layout(self.cfg)
         t0 = time.monotonic()
         for attempt in range(1, SPAWN_TRIES + 1):
-            missing = self.cluster.missing(full)
+            missing = self._missing(refill)
             root = self.cluster.me.kind == "ps" and bool(missing)  # the spawn's root
             dead_spawned: list[dict] = []  # replacements of this attempt that died before joining
             try:
@@ -325,7 +351,7 @@ class Context:
         self.log.emit(Ev.RESPAWNED, spawned=[r.label for r in spawned_roles], from_spares=[r.label for r in taken],
                       seconds=seconds, attempts=attempt, role=self.cluster.me.label, rank=self.cluster.rank,
                       generation=self.cluster.generation, refill=refill)
-        self.refill_after = time.monotonic() + REFILL_SETTLE_S  # also after a repair the PS survived
+        self.settle_refill()  # also after a repair the PS survived
         if self.refill_expected():
             self._post_action()
         return seconds

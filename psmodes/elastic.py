@@ -25,6 +25,15 @@ the leader too.
 Either way the data is sharded again over the survivors (a fresh shuffle, the same on each) and the
 run goes on with fewer workers down to ``--min-workers``.
 
+Replacements (unless ``--no-replace-workers``): ``--restart-delay`` after the loss, and once training runs
+again, the leader announces a refill (``ACTION_REFILL``, as ``--refill-spares`` does) and every member joins
+the respawn (psmodes/context.py): a spare takes the lost worker's place in place, or a process is spawned.
+It is a worker of a new index, above every worker left (:func:`replacements`), so it never leads while an
+older worker lives: the leader's state (its version, the gradient the PS may hold) is not a newcomer's. In
+sync the workers make their group again with it (``MPI_Comm_create_group`` over the world) and it takes the
+PS's weights from the leader's next broadcast, the header after the leader's Hello; in async it says Hello to
+the PS itself. A worker holds nothing the PS lacks, so that is all it needs.
+
 Not built yet, so such a death still ends the run cleanly, with a reason that says which:
 
 - sync over Horovod's allreduce: it does not reliably outlive a worker's death. In 4 of 9 runs of
@@ -34,12 +43,13 @@ Not built yet, so such a death still ends the run cleanly, with a reason that sa
   reconciled with a group that changed under them): ``--exchange blocking``;
 - in sync, the leader's death in hybrid (the upstream backup of the updates the tail lacks was its
   alone) or while the PS is down (the repair under way: its timing, a stateless buffer);
-- replacements: a lost worker is not spawned again, nor taken by a spare (``Cluster.missing``).
 
 The decision is a pure function of the configuration and the roles the shrink agreed on, the same on
 every survivor.
 """
 from __future__ import annotations
+
+import zlib
 
 from .roles import Role
 
@@ -103,3 +113,23 @@ def batch_and_lr(cfg, batch_size: int, workers_left: int) -> tuple[int, float]:
 def survivable(cfg) -> bool:
     """Whether a worker (in sync: other than the leader) may die and the run go on."""
     return unsupported(cfg) is None and cfg.workers > cfg.min_workers
+
+
+def replaces(cfg) -> bool:
+    """Whether a lost worker is replaced (a spare, or a spawned process: see the module docstring)."""
+    return cfg.replace_workers and survivable(cfg)
+
+
+def replacements(roles: list[Role], workers: int) -> list[Role]:
+    """The worker roles that bring the world's workers back to ``workers``: new indices above every worker
+    left, so that a replacement never leads while an older worker lives; a pure function of the roles the
+    repairs agreed on, the same on every survivor."""
+    left = [role.index for role in roles if role.kind == "worker"]
+    start = max(left, default=-1) + 1
+    return [Role("worker", start + k) for k in range(workers - len(left))]
+
+
+def shuffle_seed(cfg, generation: int, group: list[int]) -> int:
+    """The data's shuffle once the group changed: a function of the world's generation and the group's
+    workers (the same on every member, a newcomer too, and new with every change of the group)."""
+    return cfg.seed + zlib.crc32(f"{generation}:{','.join(map(str, group))}".encode())

@@ -56,8 +56,10 @@ class Ev(StrEnum):
     HANDOVER = "handover"              # stateless: buffered, dropped, policy, vectors, seconds
     CATCH_UP = "catch_up"              # hybrid: the leader's kept gradients sent to a promoted head: vectors, seconds
     RECOVERED = "recovered"            # the outage (psmodes.outage.Outage.recovered)
-    REGROUPED = "regrouped"            # the leader: the workers' group made again without the dead (psmodes.elastic):
-                                       # workers, lost, size, seconds (the leader's detection to the new group)
+    REGROUPED = "regrouped"            # the leader: the workers' group made again without the dead or with a
+                                       # replacement (psmodes.elastic): workers, lost, joined, size, seconds (the
+                                       # leader's detection to the new group), since_loss_s (a replacement: since
+                                       # the group fell short)
     # the evaluator
     EVAL = "eval"                      # ps_step, value, metric, final, t_snapshot, samples, eval_s
     # the launcher

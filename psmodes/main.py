@@ -87,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     ctx = Context(cfg, cluster, EventLog(cfg.run_dir, name))
     from .priority import pin_worker
 
-    start_event(ctx, threads, **({"core": pin_worker(cfg, worker_comm, threads)} if me.kind == "worker" else {}))
+    # a replacement worker (no workers' communicator yet: psmodes/elastic.py) is not pinned
+    pinned = me.kind == "worker" and worker_comm is not None
+    start_event(ctx, threads, **({"core": pin_worker(cfg, worker_comm, threads)} if pinned else {}))
     try:
         if me.kind == "spare":
             from .spare import Spare

@@ -42,7 +42,7 @@ from . import elastic, transport as tp
 from .allreduce import Allreducer
 from .background import Background
 from .mailbox import Mailbox
-from .context import REFILL_SETTLE_S, Context, no_repair
+from .context import Context, no_repair
 from .pidfiles import write_pid_file
 from .spare import retire as retire_spares
 from .suspicion import GroupSuspicion, Suspicion
@@ -95,6 +95,8 @@ class Worker:
         cfg = ctx.cfg
         self.slowest_answer_s = 0.0  # the longest exchange with a live PS (sync: the leader's)
         self.index = ctx.cluster.me.index
+        if worker_comm in (None, MPI.COMM_NULL):  # a replacement (psmodes/elastic.py): the group is made with it
+            worker_comm = MPI.COMM_SELF if cfg.is_async else self._make_group()
         self.comm = worker_comm
         self.comm.Set_errhandler(MPI.ERRORS_RETURN)
         self.ctrl_comm = worker_comm.Dup()
@@ -184,6 +186,9 @@ class Worker:
         self.group_broken: tp.PeerFailed | None = None
         self.regroups = 0
         self.t_group_lost = 0.0
+        self.t_short = 0.0  # the leader: since when the group has been short of --workers (a replacement's figure)
+        if ctx.cluster.generation:  # a replacement: its shards among the group it joined
+            self._reshard([], [self.index])
         self.last_loss = float("nan")
         self.ctrl_waits = deque(maxlen=100_000)  # per step: the compute's end to the control header (see run)
         write_pid_file(ctx, f"worker{self.index}")  # --kill-worker finds it here
@@ -298,19 +303,24 @@ class Worker:
     def _group_changed(self) -> bool:
         return self.group != self._workers_in_world()
 
-    def _take_group(self) -> list[int]:
-        """The group becomes the workers the world holds now; returns the indices it lost."""
+    def _take_group(self) -> tuple[list[int], list[int]]:
+        """The group becomes the workers the world holds now; returns the indices it lost and those it gained
+        (replacements)."""
         now = self._workers_in_world()
-        lost, self.group = sorted(set(self.group) - set(now)), now
-        return lost
+        lost, joined, self.group = sorted(set(self.group) - set(now)), sorted(set(now) - set(self.group)), now
+        return lost, joined
 
     def _regroup(self) -> None:
-        """Every surviving worker, after the world's shrink: shrink the workers' communicator too, and go on
-        over it (psbench's MPI allreduce; the data re-sharded over the survivors, a fresh shuffle)."""
+        """Every worker of the group, after a repair of the world: shrink the workers' communicator too, or,
+        when a replacement joined, make it again over the world with it; then go on over it (psbench's MPI
+        allreduce; the data re-sharded over the group, a fresh shuffle)."""
         ctx = self.ctx
-        comm = ctx.watched(lambda: tp.call(self.comm.Shrink, "shrink the workers' group"), "workers' shrink")
-        comm.Set_errhandler(MPI.ERRORS_RETURN)
-        lost = self._take_group()
+        lost, joined = self._take_group()
+        if joined:
+            comm = self._make_group()
+        else:
+            comm = ctx.watched(lambda: tp.call(self.comm.Shrink, "shrink the workers' group"), "workers' shrink")
+            comm.Set_errhandler(MPI.ERRORS_RETURN)
         self.comm, self.ctrl_comm = comm, comm.Dup()
         self.ctrl_comm.Set_errhandler(MPI.ERRORS_RETURN)
         self.allreducer = Allreducer(ctx.cfg.allreduce, comm, ctx.device)
@@ -318,26 +328,48 @@ class Worker:
         if comm.Get_size() != len(self.group) or comm.Get_rank() != self.group.index(self.index):
             raise ProtocolError(f"the workers' group shrank to {comm.Get_size()} with worker{self.index} at rank "
                                 f"{comm.Get_rank()}; the world holds the workers {self.group}")
-        self._reshard(lost)
+        self._reshard(lost, joined)
 
-    def _reshard(self, lost: list[int]) -> None:
-        """After the group lost the workers ``lost``: this worker's shard of the data among the survivors
-        (``self.group``), a fresh shuffle the same on every survivor, with the batch ``--elastic-batch`` gives
-        (psmodes/elastic.py; the learning rate follows by itself: Context.lr); the leader records the regroup."""
-        ctx = self.ctx
-        epoch = self._epoch_cut(len(self.group) + len(lost))
+    def _make_group(self) -> MPI.Intracomm:
+        """The workers' communicator made over the world (MPI_Comm_create_group: collective over the workers
+        only), in the order of their indices, so the leader is its rank 0: with a replacement in it (the
+        replacement calls this as it starts, the others in their regroup)."""
+        c = self.ctx.cluster
+        ranks = [rank for _, rank in sorted((role.index, rank) for rank, role in enumerate(c.roles)
+                                            if role.kind == "worker")]
+        group = c.world.Get_group().Incl(ranks)
+        comm = self.ctx.watched(lambda: tp.call(c.world.Create_group, "make the workers' group", group),
+                                "workers' group")
+        comm.Set_errhandler(MPI.ERRORS_RETURN)
+        return comm
+
+    def _reshard(self, lost: list[int], joined: list[int]) -> None:
+        """After the group lost the workers ``lost`` and gained ``joined``: this worker's shard of the data
+        among the group now (``self.group``), a fresh shuffle the same on every member, with the batch
+        ``--elastic-batch`` gives (psmodes/elastic.py; the learning rate follows by itself: Context.lr); the
+        leader records the regroup. A loss starts the restart delay before its replacement is due."""
+        ctx, cfg = self.ctx, self.ctx.cfg
+        epoch = self._epoch_cut(len(self.group) + len(lost) - len(joined))
         self.regroups += 1
         rank, size = self.group.index(self.index), len(self.group)
-        batch, lr_factor = elastic.batch_and_lr(ctx.cfg, ctx.batch_size, size)
-        self.batches = shard_batches(len(self.y), rank, size, batch, ctx.cfg.seed + 7919 * self.regroups)
+        batch, lr_factor = elastic.batch_and_lr(cfg, ctx.batch_size, size)
+        self.batches = shard_batches(len(self.y), rank, size, batch,
+                                     elastic.shuffle_seed(cfg, ctx.cluster.generation, self.group))
         self.batch, self.drawn = batch, 0
-        if not ctx.cfg.is_async:  # async: every worker's step is its own batch
+        if not cfg.is_async:  # async: every worker's step is its own batch
             self.samples_per_step = batch * size
+        if lost:
+            ctx.replace_later()
         if self.leader:
+            self.t_short = self.t_short or self.t_group_lost or time.perf_counter()
+            since_loss = round(time.perf_counter() - self.t_short, 4) if joined else None
             ctx.log.emit(Ev.REGROUPED, workers=[f"worker{i}" for i in self.group],
-                         lost=[f"worker{i}" for i in lost], size=size, batch=batch, lr_factor=round(lr_factor, 6),
+                         lost=[f"worker{i}" for i in lost], joined=[f"worker{i}" for i in joined], size=size,
+                         batch=batch, lr_factor=round(lr_factor, 6),
                          seconds=round(time.perf_counter() - self.t_group_lost, 4) if self.t_group_lost else None,
-                         **epoch)
+                         since_loss_s=since_loss, **epoch)
+            if size >= cfg.workers:
+                self.t_short = 0.0
         self.t_group_lost = 0.0
 
     def _epoch_cut(self, old_size: int) -> dict:
@@ -430,6 +462,7 @@ class Worker:
         if self.leader:
             self._connect_and_steer(pending=False)
         self._sync_ctrl()
+        self._follow_actions()
         self._take_weights()
         compute = self.ctrl.compute
         # not one step when the first answer already says stop: a whole-job restart that starts after
@@ -450,44 +483,7 @@ class Worker:
             # the leader: its exchange and the header's send; the others: their wait for the header, which
             # the leader's part explains except for the header's own latency (issue #18: its cost per step)
             self.ctrl_waits.append(time.perf_counter() - t_ctrl)
-            action = self.ctrl.action
-            while action != ACT_NONE:  # again when the PS died during the reconnection
-                t_action = time.perf_counter()
-                self._join_repair()
-                # a refill and a regroup: the PS is up
-                background = self.mode.trains_through_outage and action not in (ACT_REFILL, ACT_REGROUP)
-                if action == ACT_REGROUP and not self._group_changed():
-                    # the world still holds the dead worker (a PS's repair may have dropped it already)
-                    dead = ctx.after_failure(tp.PeerFailed("the leader reported a worker dead", MPI.ERR_PROC_FAILED),
-                                             via="worker")
-                    if self.leader and self.ps_up and any(r.kind == "ps" for r in dead):
-                        # the PS died too, found by the shrink (seen in psbench chaos: a hung PS fenced while the
-                        # survivors shrank a dead worker; the leader then sent a gradient to no PS)
-                        self._ps_lost(tp.PeerFailed("the PS died in the workers' repair", MPI.ERR_PROC_FAILED),
-                                      time.time(), 0.0, shrunk=True)
-                    if self.leader and self.repair_due is None and not ctx.refill_expected():
-                        # nothing to spawn: complete the survivors' wait for the announcement, a collective
-                        # that would otherwise stand before the final barrier (seen: it waited out its 30 s)
-                        ctx.announce(ACTION_NONE)
-                elif action == ACT_SHRINK:
-                    shrink = lambda: ctx.after_failure(  # noqa: E731
-                        tp.PeerFailed("leader reported the PS dead", MPI.ERR_PROC_FAILED), via="worker")
-                    self._in_background(shrink, "shrink") if background else shrink()
-                elif action in (ACT_SPAWN, ACT_REFILL):
-                    self._in_background(ctx.respawn, "respawn") if background else ctx.respawn(action == ACT_REFILL)
-                if not background and self._group_changed():  # a worker died (alone, or in the PS's repair)
-                    self._regroup()
-                # counted now: a reconnection that ends the run reports the outage's idle time at once
-                self._add_idle(time.perf_counter() - t_action)
-                t_action = time.perf_counter()
-                if self.leader:
-                    try:
-                        self._reconnect()
-                    except tp.PeerFailed as exc:  # e.g. a replacement killed as soon as it joined
-                        self._ps_lost(exc, time.time(), 0.0)
-                self._sync_ctrl()
-                self._add_idle(time.perf_counter() - t_action)
-                action = self.ctrl.action
+            self._follow_actions()
             self._take_weights()
             if not computed and self.outage is not None:  # an iteration that only waited for the repair
                 counted = self.outage.idle_s - idle_before  # repair steps counted above
@@ -502,6 +498,50 @@ class Worker:
                  ctrl_wait_s=round(float(np.median(self.ctrl_waits)), 6) if self.ctrl_waits else None,
                  early_headers=self.early_headers)
         self.allreducer.close()
+
+    def _follow_actions(self) -> None:
+        """The repair steps the leader's header calls for (a shrink, a respawn or refill, a regroup), and the
+        header after each, until one calls for none. A replacement worker starts here too: the first header
+        it receives may call it into a repair already."""
+        ctx = self.ctx
+        action = self.ctrl.action
+        while action != ACT_NONE:  # again when the PS died during the reconnection
+            t_action = time.perf_counter()
+            self._join_repair()
+            # a refill and a regroup: the PS is up
+            background = self.mode.trains_through_outage and action not in (ACT_REFILL, ACT_REGROUP)
+            if action == ACT_REGROUP and not self._group_changed():
+                # the world still holds the dead worker (a PS's repair may have dropped it already)
+                dead = ctx.after_failure(tp.PeerFailed("the leader reported a worker dead", MPI.ERR_PROC_FAILED),
+                                         via="worker")
+                if self.leader and self.ps_up and any(r.kind == "ps" for r in dead):
+                    # the PS died too, found by the shrink (seen in psbench chaos: a hung PS fenced while the
+                    # survivors shrank a dead worker; the leader then sent a gradient to no PS)
+                    self._ps_lost(tp.PeerFailed("the PS died in the workers' repair", MPI.ERR_PROC_FAILED),
+                                  time.time(), 0.0, shrunk=True)
+                if self.leader and self.repair_due is None and not ctx.refill_expected():
+                    # nothing to spawn: complete the survivors' wait for the announcement, a collective
+                    # that would otherwise stand before the final barrier (seen: it waited out its 30 s)
+                    ctx.announce(ACTION_NONE)
+            elif action == ACT_SHRINK:
+                shrink = lambda: ctx.after_failure(  # noqa: E731
+                    tp.PeerFailed("leader reported the PS dead", MPI.ERR_PROC_FAILED), via="worker")
+                self._in_background(shrink, "shrink") if background else shrink()
+            elif action in (ACT_SPAWN, ACT_REFILL):
+                self._in_background(ctx.respawn, "respawn") if background else ctx.respawn(action == ACT_REFILL)
+            if not background and self._group_changed():  # a worker died (alone, or in the PS's repair)
+                self._regroup()
+            # counted now: a reconnection that ends the run reports the outage's idle time at once
+            self._add_idle(time.perf_counter() - t_action)
+            t_action = time.perf_counter()
+            if self.leader:
+                try:
+                    self._reconnect()
+                except tp.PeerFailed as exc:  # e.g. a replacement killed as soon as it joined
+                    self._ps_lost(exc, time.time(), 0.0)
+            self._sync_ctrl()
+            self._add_idle(time.perf_counter() - t_action)
+            action = self.ctrl.action
 
     def _end_repairs(self, version: int) -> None:
         """Leader, at the run's end (sync and async): if a shrink happened but the respawn was not
@@ -631,7 +671,7 @@ class Worker:
             return ACT_NONE
         if self.repair_due is not None:
             return ACT_SPAWN if time.monotonic() >= self.repair_due else ACT_NONE
-        if time.monotonic() >= self.ctx.refill_after and self.ctx.refill_expected():
+        if self.ctx.refill_due():
             return ACT_REFILL
         return ACT_NONE
 
@@ -878,5 +918,5 @@ class Worker:
 
     def _recovered(self) -> None:
         self.ctx.log.emit(Ev.RECOVERED, **self.outage.recovered(self.ctx.cfg.mode, self.version))
-        self.ctx.refill_after = time.monotonic() + REFILL_SETTLE_S
+        self.ctx.settle_refill()
         self.outage, self.buffer, self.local_opt = None, None, None

@@ -60,9 +60,10 @@ def test_worker_sigkill_ends_the_run_cleanly_and_promptly(tmp_path, consistency)
 def test_a_dead_worker_is_survived_and_the_ps_death_after_it_too(tmp_path, mode, batch):
     # elastic workers (psmodes/elastic.py): worker2 dies, the others regroup and train on over psbench's MPI
     # allreduce; then the PS dies and is repaired with two workers (a synchronous repair, and stateless's
-    # training through the outage), and nobody respawns the lost worker
+    # training through the outage), and nobody respawns the lost worker (--no-replace-workers)
     out, s = run_ok(tmp_path, *SYN, "--workers", "3", "--mode", mode, "--allreduce", "mpi", "--exchange", "blocking",
-                    "--duration", "12s", "--kill-worker", "3s", "--kill-ps", "7s", "--elastic-batch", batch)
+                    "--duration", "12s", "--kill-worker", "3s", "--kill-ps", "7s", "--elastic-batch", batch,
+                    "--no-replace-workers")
     assert [k["role"] for k in s["kills"]] == ["worker2", "ps"]
     assert [r["fault"] for r in s["recoveries"]] == [0, 1], s["recoveries"]
     assert s["recoveries"][0]["lost_steps"] == 0  # the gradient the PS may have had is reconciled, applied once
@@ -85,23 +86,57 @@ def test_a_dead_worker_is_survived_and_the_ps_death_after_it_too(tmp_path, mode,
 def test_the_sync_leaders_death_is_survived_and_the_next_worker_leads(tmp_path):
     # the other workers see the leader's death in their wait for its header; worker1 leads from the version
     # they all hold and says Hello to the PS, which answers with its weights (a gradient the dead leader had
-    # sent is applied once or not at all); the copies of the PS and the workers end bitwise equal
+    # sent is applied once or not at all); the copies of the PS and the workers end bitwise equal. Its
+    # replacement, spawned after the restart delay, is worker3 (a new index: a newcomer never leads while an
+    # older worker lives) and ends with the same weights too
     out, s = run_ok(tmp_path, *SYN, "--workers", "3", "--mode", "chain", "--allreduce", "mpi", "--exchange", "blocking",
-                    "--duration", "10s", "--kill-worker", "3s@worker0")
+                    "--duration", "13s", "--kill-worker", "3s@worker0")
     assert [k["role"] for k in s["kills"]] == ["worker0"]
-    assert [(e["who"], e["lost"], e["size"]) for e in events(out, "regrouped")] == [("worker1", ["worker0"], 2)]
-    (rec,) = s["recoveries"]
+    assert [(e["who"], e["lost"], e["joined"], e["size"]) for e in events(out, "regrouped")] == [
+        ("worker1", ["worker0"], [], 2), ("worker1", [], ["worker3"], 3)]
+    rec = s["recoveries"][0]
     assert rec["lost_steps"] == 0 and rec["recovery_s"] < 3.0, rec
     t_kill = events(out, "kill")[0]["t_kill"]
     assert len(events(out, "step", "worker1")) > 10 and not [e for e in events(out, "step", "worker0") if e["t"] > t_kill]
     done = {e["who"]: e["digest"] for e in events(out, "done") if "digest" in e}
-    assert done["worker1"] == done["worker2"] == done[next(w for w in done if w.startswith("ps"))], done
+    assert done["worker1"] == done["worker2"] == done["worker3-gen1"] == done[next(w for w in done if w.startswith("ps"))], done
+    assert not run_processes(out)
+
+
+@pytest.mark.parametrize("consistency, mode", [("sync", "checkpoint"), ("async", "stateless")])
+def test_a_lost_worker_is_replaced_by_a_spare_then_by_a_spawned_process(tmp_path, consistency, mode):
+    # worker2 dies; after the restart delay the spare takes its place in place (no spawn), as worker2 of the
+    # next generation: sync, the workers make their group again with it over the world and it takes the PS's
+    # weights from the leader's broadcast; async, it says Hello to the PS itself. Killed in turn, it is
+    # replaced by a spawned process. Each replacement trains: the copies of the weights end bitwise equal
+    # (sync), or the replacement's own gradients are applied (async)
+    sync = ["--allreduce", "mpi", "--exchange", "blocking"] if consistency == "sync" else []
+    out, s = run_ok(tmp_path, *SYN, "--workers", "3", "--mode", mode, "--consistency", consistency, *sync,
+                    "--spares", "1", "--duration", "15s", "--kill-worker", "3s", "--kill-worker", "8s")
+    assert [k["role"] for k in s["kills"]] == ["worker2", "worker2"]
+    assert [(r["lost"], r["joined"], r["size"]) for r in s["regroups"]] == [
+        (["worker2"], [], 2), ([], ["worker2"], 3), (["worker2"], [], 2), ([], ["worker2"], 3)], s["regroups"]
+    assert all(r["since_loss_s"] > 0.9 for r in s["regroups"] if r["joined"]), s["regroups"]  # --restart-delay 1s
+    taken = events(out, "spare_taken")
+    assert [e["role"] for e in taken] == ["worker2"], taken
+    spawned = [e["role"] for e in events(out, "start") if e.get("generation") and not e.get("spare")]
+    assert spawned == ["worker2"], spawned
+    names = sorted({e["who"] for e in events(out, "start") if e["who"].startswith("worker2-gen")})
+    assert len(names) == 2, names  # the spare's stream of generation 1, the spawned one's of generation 2
+    if consistency == "sync":
+        done = {e["who"]: e["digest"] for e in events(out, "done") if "digest" in e}
+        ps = next(w for w in done if w.startswith("ps"))
+        assert done["worker0"] == done["worker1"] == done[names[-1]] == done[ps], done
+    else:
+        for name in names:
+            assert [e for e in events(out, "step", name) if e["applied"]], name
+    assert s["ettr_parts"]["short_group_s"] > 0, s["ettr_parts"]
     assert not run_processes(out)
 
 
 def test_a_hung_worker_is_suspected_in_the_allreduce_fenced_and_the_others_go_on(tmp_path):
     out, s = run_ok(tmp_path, *SYN, "--workers", "3", "--mode", "chain", "--allreduce", "mpi", "--exchange", "blocking",
-                    "--duration", "12s", "--hang-worker", "3s")
+                    "--duration", "12s", "--hang-worker", "3s", "--no-replace-workers")
     fences = events(out, "fence", "launcher")
     assert [(f["role"], f["what"]) for f in fences] == [("worker2", "the workers' allreduce")], fences
     hang = next(f for f in s["faults"] if f["kind"] == "hang")
@@ -117,7 +152,7 @@ def test_async_workers_survive_the_leaders_death_and_the_ps_death_after_it(tmp_p
     # its respawn and stateless's replacement takes the hand-over of the two workers left (not of three:
     # it would wait for the dead one's for good)
     out, s = run_ok(tmp_path, *SYN, "--workers", "3", "--mode", "stateless", "--consistency", "async",
-                    "--duration", "12s", "--kill-worker", "3s@worker0", "--kill-ps", "7s")
+                    "--duration", "12s", "--kill-worker", "3s@worker0", "--kill-ps", "7s", "--no-replace-workers")
     assert [k["role"] for k in s["kills"]] == ["worker0", "ps"]
     assert sorted({r["fault"] for r in s["recoveries"]}) == [0, 1], s["recoveries"]
     regrouped = events(out, "regrouped")
@@ -137,7 +172,7 @@ def test_a_hung_bounded_worker_is_suspected_by_the_ps_fenced_and_the_others_go_o
     # bounded:1: the others are held back by the hung worker's stale version; the PS suspects it (its next
     # gradient, a silent beacon), or the workers whose answers it holds do (their answer's route), never the PS
     out, s = run_ok(tmp_path, *SYN, "--workers", "3", "--mode", "checkpoint", "--consistency", "bounded:1",
-                    "--duration", "10s", "--hang-worker", "3s")
+                    "--duration", "10s", "--hang-worker", "3s", "--no-replace-workers")
     fences = events(out, "fence", "launcher")
     assert [f["role"] for f in fences] == ["worker2"], fences
     assert fences[0]["what"] in ("the worker's next gradient", "the PS's answer to worker0",
@@ -151,9 +186,9 @@ def test_a_hung_bounded_worker_is_suspected_by_the_ps_fenced_and_the_others_go_o
 
 def test_worker_failures_as_a_process_take_the_workers_down_to_the_leader(tmp_path):
     # --failures worker:...: each failure kills the last worker alive; one due when only the leader is
-    # left is skipped and recorded, and the run completes with the leader alone (--min-workers 1)
+    # left is skipped and recorded, and the run completes with the leader alone (--min-workers 1; none replaced)
     out, s = run_ok(tmp_path, *SYN, "--workers", "3", "--mode", "chain", "--consistency", "async",
-                    "--duration", "12s", "--failures", "worker:exp:3s", "--failure-seed", "38")
+                    "--duration", "12s", "--failures", "worker:exp:3s", "--failure-seed", "38", "--no-replace-workers")
     assert len(s["failure_schedule"]) == 3, s["failure_schedule"]  # at 2.8, 6.4 and 8.6 s
     assert [k["role"] for k in s["kills"]] == ["worker2", "worker1"], s["kills"]
     assert len(events(out, "fault_skipped", "launcher")) == len(s["failure_schedule"]) - 2

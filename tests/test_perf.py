@@ -212,6 +212,11 @@ def test_quick_perf_measures_every_section(tmp_path):
     (spare,) = [f for f in results["failures"] if f["repair"] == "spare"]  # quick: checkpoint only
     assert spare["mode"] == "checkpoint" and spare["usage"]["spare0"]["wait_s"] > 0, spare
     assert 2.9 <= hang["detections"][0] <= 3.0 + 0.5, hang  # the suspicion, at --suspect-after
+    # a worker killed and replaced by a spare (issue #46): the group trains on short, then whole again
+    (workers,) = results["worker_failures"]
+    assert workers["completed"] and workers["faults"] == 1, workers
+    assert len(workers["short_s"]) == 1 and len(workers["replaced_s"]) == 1, workers
+    assert 0 < workers["short_s"][0] < workers["replaced_s"][0], workers
     # the scale point: 4 workers on the synthetic model, the reference and none paired
     scale = {r["variant"]: r for r in results["scale"]}
     assert set(scale) == {"reference", "none"} and scale["reference"]["samples_per_s"] > 0
@@ -226,7 +231,8 @@ def test_quick_perf_measures_every_section(tmp_path):
     assert mem["sequential"]["buffered"] == mem["sequential"]["vectors"]  # the dropped ones are counted apart
     text = (report / "report.md").read_text()
     for heading in ("## Targets", "## Throughput without failures", "## Throughput at scale", "## Failure costs",
-                    "## PS time per update against the memory-bandwidth floor", "## Memory", "## CPU time per rank"):
+                    "## Worker failures", "## PS time per update against the memory-bandwidth floor", "## Memory",
+                    "## CPU time per rank"):
         assert heading in text
     assert "PS overhead (none / Horovod)" in text and "Quick mode" in text
     assert "The machine's speed before the runs" in text and "mean / median step" in text

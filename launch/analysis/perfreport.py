@@ -375,6 +375,7 @@ def render(results: dict, runs: Path, plots: list[str]) -> str:
     # the targets table says "not measured" (a perf.json without the plan's sections measured all)
     measured = plan.get("sections") or ("failures", "scaling")
     lines += _failure_section(results) if "failures" in measured else []
+    lines += _worker_failure_section(results) if results.get("worker_failures") else []
     lines += _scaling_section(results, plots) if "scaling" in measured else []
     lines += _memory_section(results)
     lines += _cpu_section(results)
@@ -554,6 +555,30 @@ def _failure_section(results: dict) -> list[str]:
             "Per kind, every mode together (lost steps: the most in one recovery):", "", _table(kinds), "",
             f"All SIGKILLs together: detection p50 / p95 {_pair(f['detections'])} s over {len(f['detections'])} kills.",
             ""]
+
+
+def _worker_failure_section(results: dict) -> list[str]:
+    """Elastic workers (psmodes/elastic.py): per mode and row of WORKER_ROWS, the seconds from each worker's
+    fault to the group training on without it and to its replacement joining, and the run's ETTR."""
+    runs = results["worker_failures"]
+    rows = [{"mode": r["mode"], "fault": r["kind"] + (" (leader)" if r["leader"] else ""),
+             "replacement": REPAIR_NAMES[r["repair"]], "faults": r["faults"],
+             "to W-1 p50 / max (s)": f"{_fmt(_med(r['short_s']))} / {_fmt(max(r['short_s'], default=None))}",
+             "to replaced p50 / max (s)": f"{_fmt(_med(r['replaced_s']))} / {_fmt(max(r['replaced_s'], default=None))}",
+             "replaced": len(r["replaced_s"]), "ETTR": _fmt(r.get("ettr")), "completed": r["completed"]}
+            for r in runs]
+    kills = [r for r in runs if r["kind"] == "kill"]
+    short = [x for r in kills for x in r["short_s"]]
+    spare = [x for r in kills if r["repair"] == "spare" for x in r["replaced_s"]]
+    return ["## Worker failures", "",
+            f"Three workers, sync over psbench's MPI allreduce and the blocking exchange, `--restart-delay 0`; "
+            f"{results.get('plan', {}).get('kills')} faults a run (the leader's: 3, each on the worker that leads "
+            "then), each replaced by a spare (one per fault) or a spawned process. To W-1: the fault to the group "
+            "made again without it (training goes on short); to replaced: the fault to the group made again with "
+            "the replacement (its first gradient is in the next average). A hang is fenced after `--suspect-after`.",
+            "", _table(rows), "",
+            f"SIGKILLs, every mode: to W-1 p50 {_fmt(_med(short))} s (target 0.5 s); replaced by a spare p50 "
+            f"{_fmt(_med(spare))} s (target 1.0 s).", ""]
 
 
 def _pair(xs) -> str:

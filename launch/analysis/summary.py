@@ -217,10 +217,12 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
         "wall_s": round(wall_s, 3) if wall_s else None,
         "kills": kills,
         "failure_schedule": cfg.failure_schedule,  # --failures, as drawn (psmodes/failure_process.py)
-        # elastic workers' regroups (psmodes/elastic.py): who was lost, the group left, its batch and learning
-        # rate factor, and (sync) the data epoch it cut short
-        "regroups": [{"t_s": rel(e["t"]), **{k: e.get(k) for k in ("lost", "size", "batch", "lr_factor", "seconds",
-                                                                  "epoch_samples", "epoch_seen", "epoch_skipped")}}
+        # elastic workers' regroups (psmodes/elastic.py): who was lost or joined (a replacement, and the seconds
+        # since the group fell short), the group now, its batch and learning rate factor, and (sync) the data
+        # epoch it cut short
+        "regroups": [{"t_s": rel(e["t"]), **{k: e.get(k) for k in ("lost", "joined", "size", "batch", "lr_factor",
+                                                                  "seconds", "since_loss_s", "epoch_samples",
+                                                                  "epoch_seen", "epoch_skipped")}}
                      for e in by("regrouped")],
         "faults": public_faults,
         "ps_heads": ps_heads(by("update"), rel),

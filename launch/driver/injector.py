@@ -324,7 +324,8 @@ class Injector:
     def _last_worker(self, point: Point) -> dict | None:
         """The live worker of the highest index, for a worker failure that is due, unless it is the only one
         left (the leader). None: not every worker has started yet, or only the leader is left: then the
-        failure is skipped and recorded (workers are never replaced) and the failures after it go on."""
+        failure is skipped and recorded and the failures after it go on. A replacement (psmodes/elastic.py)
+        writes its own pid file (its index, above the workers left), so it is a target once it runs."""
         workers = sorted(((int(role[len("worker"):]), role, info) for role, info in pid_files(self.run_dir)
                           if role.startswith("worker")), reverse=True)
         if len(workers) < self.n_workers:

@@ -618,6 +618,9 @@ def cmd_chaos(a: argparse.Namespace) -> int:
                "recoveries": [{"kind": r.get("kind"), "recovery_s": r["recovery_s"], "lost_steps": r["lost_steps"]}
                               for r in summary.get("recoveries") or []],
                "slowest_answer_s": summary.get("slowest_answer_s"),
+               # elastic workers: those lost, and the replacements that joined (psmodes/elastic.py)
+               "workers_lost": sum(len(g.get("lost") or []) for g in summary.get("regroups") or []),
+               "workers_replaced": sum(len(g.get("joined") or []) for g in summary.get("regroups") or []),
                "completed": bool(summary.get("completed")), "exit_reason": summary.get("exit_reason"),
                "diverged": bool(summary.get("diverged")),
                "recovery_s": max([r["recovery_s"] for r in summary.get("recoveries") or []], default=None),
@@ -663,6 +666,8 @@ def table(results: list[dict]) -> str:
                      "faults": ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "-",
                      "survived": sum(r["completed"] for r in rs),
                      "diverged": sum(1 for r in rs if r.get("diverged")),
+                     "workers lost / replaced": f"{sum(r.get('workers_lost', 0) for r in rs)} / "
+                                                f"{sum(r.get('workers_replaced', 0) for r in rs)}",
                      "invariant violations": sum(len(r["violations"]) for r in rs),
                      "Open MPI crash": sum(1 for r in rs if r.get("open_mpi_crashes")),
                      "mpirun lingered": sum(1 for r in rs if r.get("lingered")),

@@ -96,6 +96,10 @@ FAILURE_MODES = {"checkpoint": {}, "chain": {"replicas": 2}, "stateless": {},  #
                  "hybrid": {"replicas": 2, "replicate_every": 100}}
 FAILURE_KINDS = tuple(PERF_KINDS)  # the kinds measured (launch/faultkinds/: perf_repairs); outside: an unplanned SIGKILL
 SLOW_S = 3.0  # each slow phase of the failure runs, at the default --slow-factor
+# the worker failure rows (issue #46; psmodes/elastic.py): (fault, leader or not, replacement). Three workers,
+# sync over psbench's MPI allreduce and the blocking exchange; hybrid's leader death ends its run (the upstream
+# backup was the leader's), so that row is skipped for it
+WORKER_ROWS = (("kill", False, "spare"), ("kill", False, "spawn"), ("kill", True, "spawn"), ("hang", False, "spare"))
 MEMORY_POLICIES = ("paper", "mean", "sequential", "staleness")
 # the throughput at scale: (label, the run's workload and workers) against the plan's benchmark at its
 # workers in the throughput section; the variants compared at each point, with the reference
@@ -443,6 +447,42 @@ class Perf:
                     "detections": [d["latency_s"] for d in s.get("detections") or []],
                     "recoveries": s.get("recoveries") or [], "usage": s.get("usage"),
                     "unplanned": sum(1 for f in s.get("faults") or [] if not f.get("planned", True))})
+                self.save()
+        self.worker_failures()
+
+    def worker_failures(self) -> None:
+        """Per mode, a worker killed (the last one or the leader) or hung, ``kills`` times, each replaced by a
+        spare or a spawned process (WORKER_ROWS): the seconds from each fault to the group training on short
+        (its regroup) and to the replacement's joining it, with the run's ETTR."""
+        p = self.plan
+        for mode, extra in FAILURE_MODES.items():
+            if p.quick and mode not in QUICK_FAILURE_MODES:
+                continue
+            for kind, leader, repair in WORKER_ROWS[:1] if p.quick else WORKER_ROWS:  # quick: a killed worker, a spare
+                if (leader and mode == "hybrid") or kind not in p.failure_kinds:
+                    continue
+                gap = p.kill_gap_s + (COLD_START_S + RunConfig().suspect_after_s if kind == "hang" else 0.0)
+                # the leader's: each kill takes the worker that leads then (worker0, then 1, 2: a replacement
+                # has a new index above them), at most three of the run's --workers 3
+                n = min(p.kills, 3) if leader else p.kills
+                times = [round(5 + i * gap, 1) for i in range(n)]
+                specs = [f"{t}s" + (f"@worker{i}" if leader else "") for i, t in enumerate(times)]
+                cfg = self.base(mode=mode, seed=0, workers=3, allreduce="mpi", exchange="blocking",
+                                duration_s=times[-1] + p.kill_gap_s, restart_delay_s=0.0,
+                                spares=n if repair == "spare" else 0,
+                                **{f"{kind}_worker": specs}, **extra)
+                name = f"workers-{mode}-{kind}" + ("-leader" if leader else "") + f"-{repair}"
+                s = self.run(cfg, name)
+                faults = sorted(k["t_s"] for k in s.get("faults") or [] if str(k.get("role", "")).startswith("worker"))
+                regroups = s.get("regroups") or []
+                after = lambda t, joined: next((g["t_s"] - t for g in regroups  # noqa: E731
+                                                if g["t_s"] >= t and bool(g.get("joined")) == joined), None)
+                self.results.setdefault("worker_failures", []).append({
+                    "mode": mode, "kind": kind, "leader": leader, "repair": repair, "run": name,
+                    "completed": s.get("completed"), "exit_reason": s.get("exit_reason"), "faults": len(faults),
+                    "short_s": [x for x in (after(t, False) for t in faults) if x is not None],
+                    "replaced_s": [x for x in (after(t, True) for t in faults) if x is not None],
+                    "ettr": s.get("ettr")})
                 self.save()
 
     def scaling(self) -> None:
