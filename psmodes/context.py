@@ -138,7 +138,13 @@ class Context:
         workers = [r for r in self.failed_roles() if r.kind == "worker"]
         left = self.workers_left - len(workers)
         # whether the PS holds the state after the shrink (a chain promotes a replica) is decided after it
-        if (reason := elastic.why_the_run_ends(self.cfg, workers, left)) is not None:
+        reason = elastic.why_the_run_ends(self.cfg, workers, left)
+        if workers and not left and self.cluster.me.kind != "worker":
+            # every worker gone at once: most often they finished and left the job while a repair was due (two-host
+            # chaos, hybrid trial-000: the PS fenced after its last answer, before its final snapshot; the evaluator
+            # then blamed Horovod for their "deaths"), so the reason does not say they died
+            reason = f"every worker is gone ({', '.join(r.label for r in workers)}: finished, or died at once)"
+        if reason is not None:
             # said before the shrink, which would wait for workers that may be blocked in their allreduce
             self.log.emit(Ev.DETECT, via=via, error=str(exc), t_detect=t_detect, dead=[r.label for r in workers],
                           role=self.cluster.me.label, rank=self.cluster.rank)
