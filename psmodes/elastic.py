@@ -1,5 +1,5 @@
-"""Elastic workers (issue #46, first part): when a worker's death is survived, and the workers' group
-made again without it.
+"""Elastic workers (issue #46): when a worker's death is survived, the workers' group made again without
+it, and its replacement.
 
 A worker holds nothing the PS lacks, so the survivors only have to agree that it is gone and average
 over the ones left. What is built: a worker dies (SIGKILL, a hang fenced, or a crash nobody injected),
@@ -42,7 +42,7 @@ Not built yet, so such a death still ends the run cleanly, with a reason that sa
 - sync with the pipelined exchange (its gradient in flight and the gradient every worker holds would have to be
   reconciled with a group that changed under them): ``--exchange blocking``;
 - in sync, the leader's death in hybrid (the upstream backup of the updates the tail lacks was its
-  alone) or while the PS is down (the repair under way: its timing, a stateless buffer);
+  alone) or while the PS is down (the repair under way: its timing, a stateless buffer).
 
 The decision is a pure function of the configuration and the roles the shrink agreed on, the same on
 every survivor.
