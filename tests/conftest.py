@@ -84,7 +84,9 @@ def run_ok(tmp_path: Path, *args: str, name: str = "run", expect_complete: bool 
     args = ("--quiet", "--out", str(out), *args, *([] if report else ["--no-report"]))
     proc = psbench("run", *args, timeout=timeout)
     summary_path = out / "summary.json"
-    if expect_complete and open_mpi_crashed(out):
+    # repeated whatever the test expects: a run meant to end otherwise (a diverged one) met the same crash (suite,
+    # 2026-12-07: test_trust's on-diverge-continue, every survivor's SIGSEGV in ompi_comm_revoke_local)
+    if open_mpi_crashed(out):
         crashed = out.with_name(f"{name}-open-mpi-crash")
         out.rename(crashed)
         warnings.warn(f"Open MPI crashed ({OPEN_MPI_CRASH}; {crashed}/mpirun.log): the run is repeated once")
