@@ -4,4 +4,6 @@
 # as prterun runs inside this host's. PRRTE gives the host, then the daemon's command line in words.
 host=$1
 shift
-exec ssh -x "$host" "$(printf '%q ' "$(dirname "$(readlink -f "$0")")/in_runtime.sh" /bin/sh -c "$*")"
+# the data folders the ranks read (scripts/in_runtime.sh), bound there as here
+exec ssh -x "$host" "$(printf '%q ' env "PSBENCH_RUNTIME_BINDS=${PSBENCH_RUNTIME_BINDS:-}" \
+  "$(dirname "$(readlink -f "$0")")/in_runtime.sh" /bin/sh -c "$*")"

@@ -41,7 +41,8 @@ def mpirun_command(cfg: RunConfig, mpirun: str | None = None) -> list[str]:
     ULFM on (``--with-ft ulfm``) unless ``--no-ulfm``;
     with hosts, the slots (``--hostfile``) and the placement (``--map-by seq``)
     that launch/driver/hosts.py wrote into the run directory."""
-    cmd = runtime.mpirun(cfg.runtime, _multi_host(cfg)) or [mpirun or find_mpirun() or "mpirun"]
+    cmd = runtime.mpirun(cfg.runtime, _multi_host(cfg), runtime.data_binds(cfg.data_dir)) or \
+        [mpirun or find_mpirun() or "mpirun"]
     if cfg.ulfm:
         cmd += ["--with-ft", "ulfm"]
     cmd += ["-np", str(cfg.n_ranks), *mapping_args(cfg)]

@@ -40,21 +40,31 @@ def installed() -> str | None:
         return None
 
 
-def enter(argv: list[str]) -> list[str]:
-    """``argv`` run inside the PRRTE 5 runtime."""
-    return [str(ENTER), *argv]
+def enter(argv: list[str], binds: list[str] = ()) -> list[str]:
+    """``argv`` run inside the PRRTE 5 runtime, with the folders ``binds`` seen there too."""
+    extra = [f"PSBENCH_RUNTIME_BINDS={':'.join(binds)}"] if binds else []
+    return ["env", *extra, str(ENTER), *argv] if extra else [str(ENTER), *argv]
 
 
-def mpirun(runtime: str, multi_host: bool = False) -> list[str] | None:
+def data_binds(data_dir: str | None) -> list[str]:
+    """The data folders a run's ranks read that the runtime's chroot would not show them: ``--data-dir`` or
+    ``PSBENCH_DATA`` (absolute; /usr/share/datasets, where Debian's dataset packages put theirs, scripts/
+    in_runtime.sh binds always). Seen: fmnist-cnn under --runtime prrte5 stopped with "Fashion-MNIST not
+    found in /usr/share/datasets/fashion-mnist", a folder the chroot did not have."""
+    found = [d for d in (data_dir, os.environ.get("PSBENCH_DATA")) if d]
+    return [str(Path(d).resolve()) for d in found if ":" not in d]
+
+
+def mpirun(runtime: str, multi_host: bool = False, binds: list[str] = ()) -> list[str] | None:
     """The command prefix of the runtime's mpirun (None: the venv's, as always). Over several hosts its
     daemons start through :data:`SSH_AGENT`, each from its launching host (no tree spawn: a daemon's
     agent would need the runtime's ssh set-up there too). The ranks find their own Open MPI install
-    themselves (psmodes.main.find_own_open_mpi)."""
+    themselves (psmodes.main.find_own_open_mpi). ``binds``: folders the ranks read (:func:`data_binds`)."""
     if runtime != "prrte5":
         return None
     # a replacement that fails must not take the survivors' job with it (PRRTE 5 ends every job connected to
     # a failed one unless told: "A job is being terminated because a job it was connected to has failed")
-    cmd = enter(["/usr/bin/mpirun", "--prtemca", "pmix_terminate_connected", "0"])
+    cmd = enter(["/usr/bin/mpirun", "--prtemca", "pmix_terminate_connected", "0"], binds)
     if multi_host:
         cmd += ["--prtemca", "plm_ssh_agent", str(SSH_AGENT), "--prtemca", "plm_ssh_no_tree_spawn", "1"]
     return cmd
