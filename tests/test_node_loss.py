@@ -6,6 +6,7 @@ completes without a restart. With PyPI's runtime the same loss ends the job (tes
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import subprocess
 import sys
 
@@ -108,3 +109,28 @@ def test_a_daemon_lost_after_the_runtimes_spawn_error_is_recorded_as_its_own_fai
     assert not own and "lost the daemon on nodeb" in reason, reason
     assert runtime_abort(lost, node_lost=False)[1]  # a daemon lost that nobody killed: a failure all the same
     assert runtime_abort(dyn) is None  # the spawn's error alone: the job went on
+
+
+@pytest.mark.skipif(not runtime.installed(), reason="no PRRTE 5 runtime (make setup-runtime)")
+def test_the_runtime_shows_the_ranks_the_data_folders_they_read(tmp_path):
+    """A data folder outside the trees the chroot binds (here /var/tmp) is seen inside it only when the
+    launcher names it (runtime.data_binds: --data-dir, PSBENCH_DATA); fmnist-cnn under --runtime prrte5 did
+    not find /usr/share/datasets/fashion-mnist before that folder was bound too."""
+    import shutil
+    import tempfile
+
+    data = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="psbench-data-"))
+    try:
+        (data / "train-images-idx3-ubyte.gz").write_bytes(b"x")
+        look = ["/bin/ls", str(data)]
+        unseen = subprocess.run(runtime.enter(look), capture_output=True, text=True, timeout=60)
+        assert unseen.returncode != 0, unseen.stdout
+        seen = subprocess.run(runtime.enter(look, runtime.data_binds(str(data))), capture_output=True, text=True,
+                              timeout=60)
+        assert seen.returncode == 0 and "train-images-idx3-ubyte.gz" in seen.stdout, seen.stderr
+        if Path("/usr/share/datasets").is_dir():  # Debian's dataset packages: bound always
+            debian = subprocess.run(runtime.enter(["/bin/ls", "/usr/share/datasets"]), capture_output=True, text=True,
+                                    timeout=60)
+            assert sorted(debian.stdout.split()) == sorted(p.name for p in Path("/usr/share/datasets").iterdir())
+    finally:
+        shutil.rmtree(data)
