@@ -138,6 +138,10 @@ def live_hosts_with_room(run_dir: str | Path, hosts: list[str], holders: list[st
             alive.add(host)
         elif role in lost:
             died.add(host)
+    # a host that held ranks at the start and holds no survivor now lost them all, whoever holds their roles
+    # now: a chain's promoted head writes the PS's pid file over the dead PS's, so the lost replica's role had
+    # no file naming the lost host, and the spawn went there ("MPI_ERR_UNKNOWN"; fmnist-cnn, chain, nodeb lost)
+    died |= {short(r["host"]) for r in _placed(run_dir)} - alive
     candidates = [h for h in slots if h in alive or h not in died]
     out: list[str | None] = []
     for _ in range(n):
@@ -148,3 +152,11 @@ def live_hosts_with_room(run_dir: str | Path, hosts: list[str], holders: list[st
         out.append(best)
         load[best] += 1
     return out
+
+
+def _placed(run_dir: str | Path) -> list[dict]:
+    """The ranks of the job's start and their hosts (the launcher's placement.json; [] without one)."""
+    try:
+        return json.loads((Path(run_dir) / "placement.json").read_text()).get("ranks") or []
+    except (OSError, ValueError):
+        return []

@@ -92,6 +92,14 @@ def test_a_replacement_goes_to_a_live_host_with_room(tmp_path):
     survivors = ["evaluator", "worker0", "replica1"]
     assert live_hosts_with_room(tmp_path, hosts, survivors, ["ps"], 3) == ["nodec", "nodea", "nodec"]
     assert live_hosts_with_room(tmp_path, ["nodeb:4"], [], ["ps"], 1) == [None]  # only the lost host: no choice
+    # a chain's promoted head wrote the PS's pid file over the dead PS's (nodeb): the lost replica's role names
+    # no host, and the placement of the job's start still says that nodeb held ranks and holds no survivor now
+    (pids / "ps.json").write_text(json.dumps({"pid": 2, "host": "nodea", "role": "ps"}))
+    (pids / "replica1.json").unlink()
+    (tmp_path / "placement.json").write_text(json.dumps({"ranks": [{"rank": 0, "role": "ps", "host": "nodeb"},
+                                                                   {"rank": 1, "role": "replica1", "host": "nodea"}]}))
+    assert live_hosts_with_room(tmp_path, ["nodea:3", "nodeb:1", "nodec:1"], ["ps", "evaluator", "worker0"],
+                                ["replica1"], 1) == ["nodec"]
 
 
 def test_a_daemon_lost_after_the_runtimes_spawn_error_is_recorded_as_its_own_failure():
