@@ -89,6 +89,25 @@ class AsyncParameterServer(ParameterServer):
             inbox.close()
         self._finish()
 
+    def _idle(self) -> None:
+        super()._idle()
+        self._suspect_hung_workers()
+
+    def _suspect_hung_workers(self) -> None:
+        """A worker this PS has not heard from for ``--suspect-after``, whose beacon has been as silent, is
+        hung: suspected (the launcher fences it; psmodes/suspicion.py). Nobody else waits for it: the
+        others go on without it (async) or wait for it at the bound (``bounded:S``) or at the run's end."""
+        after, now = self.ctx.cfg.suspect_after_s, time.monotonic()
+        if not after or now < self.next_check:
+            return
+        self.next_check = now + 0.05
+        cold = self.ctx.cold_until  # a replacement PS's own start-up is not the workers' silence
+        quiet = [f"worker{i}" for i, t in self.heard.items()
+                 if now - max(t, cold) >= after and i not in self.stopped_workers]
+        if quiet:
+            suspect_the_silent(self.ctx, "the worker's next gradient", now - min(self.heard.values()),
+                               self.suspected, members=quiet)
+
     # ---- gradients and answers
     def _gradient(self, grad: Grad, src: int) -> None:
         index = grad.worker

@@ -168,6 +168,20 @@ def test_async_workers_survive_the_leaders_death_and_the_ps_death_after_it(tmp_p
     assert not run_processes(out)
 
 
+def test_a_hung_async_leader_is_suspected_by_the_ps_while_the_others_train(tmp_path):
+    # async: worker1 and worker2 keep getting answers, so only the PS, which awaits every worker's next
+    # gradient, can see that worker0 stopped (a refactoring once moved the async PS's check into the base
+    # class, where the sync PS's own _idle hid it: chaos found the hung leader fenced 7 s late, by a repair)
+    out, s = run_ok(tmp_path, *SYN, "--workers", "3", "--mode", "checkpoint", "--consistency", "async",
+                    "--duration", "10s", "--hang-worker", "3s@worker0", "--no-replace-workers")
+    fences = events(out, "fence", "launcher")
+    assert [(f["role"], f["what"]) for f in fences] == [("worker0", "the worker's next gradient")], fences
+    hang = next(f for f in s["faults"] if f["kind"] == "hang")
+    assert hang["fenced_s"] - hang["t_s"] < 3.0 + 1.5, hang  # --suspect-after 3 s
+    assert [(e["lost"], e["size"]) for e in events(out, "regrouped")] == [(["worker0"], 2)]
+    assert not run_processes(out)
+
+
 def test_a_hung_bounded_worker_is_suspected_by_the_ps_fenced_and_the_others_go_on(tmp_path):
     # bounded:1: the others are held back by the hung worker's stale version; the PS suspects it (its next
     # gradient, a silent beacon), or the workers whose answers it holds do (their answer's route), never the PS
