@@ -146,3 +146,12 @@ def test_a_job_that_open_mpi_cannot_start_is_tried_three_times_and_says_why(tmp_
     assert (out / "mpirun.log").read_text().count("listener thread failed to start") == 3
     assert time.monotonic() - t < 60
     assert planted
+
+
+def test_a_launcher_that_died_of_a_signal_is_the_runs_reason():
+    # chaos over two hosts (chain trial-013): prterun died of SIGSEGV after a fence and wrote nothing
+    from launch.driver.crashes import launcher_signal
+
+    assert "SIGSEGV" in launcher_signal(-11) and "did not send" in launcher_signal(-11)
+    assert launcher_signal(0) is None and launcher_signal(1) is None and launcher_signal(None) is None
+    assert launcher_signal(-15) is None and launcher_signal(-9) is None  # the launcher's own stop of mpirun

@@ -11,6 +11,7 @@ prints nothing, so injected kills never show up here.
 from __future__ import annotations
 
 import re
+import signal
 from pathlib import Path
 
 from psmodes.pidfiles import pid_files
@@ -86,3 +87,16 @@ def runtime_abort(log: bytes, node_lost: bool = True) -> tuple[str, bool] | None
     return (f"Open MPI's runtime lost the daemon on {host} and ended the job "
             "(PRRTE 3.0.x cannot run through a lost daemon; see mpirun.log)"), not node_lost
 
+
+def launcher_signal(returncode: int | None) -> str | None:
+    """Why a job ended whose ``mpirun`` (prterun) itself died of a signal psbench did not send (its
+    returncode is minus the signal); None for any other end. Seen (two-host chaos at 83a058c, chain
+    trial-013): PRRTE 3.0.x's prterun died of SIGSEGV 0.1 s after a hung replica's fence, writing nothing,
+    and the run was recorded incomplete with no reason."""
+    if returncode is None or -returncode not in CRASH_SIGNALS:  # SIGTERM, SIGKILL: the launcher's own stop
+        return None
+    name = signal.Signals(-returncode).name
+    return f"Open MPI's launcher (mpirun) died of {name}, a signal psbench did not send: the runtime crashed"
+
+
+CRASH_SIGNALS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGILL, signal.SIGFPE}

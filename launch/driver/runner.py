@@ -160,6 +160,11 @@ def run_job(cfg: RunConfig, quiet: bool = False, tick=None, report: bool = True)
                         if its_own:  # a failure nobody injected: recorded like a rank's crash
                             log.emit("crash", reason=watch.exit_reason, role="mpirun", pid=proc.pid,
                                      host=socket.gethostname(), signal=None)
+                crashed = crashes.launcher_signal(proc.returncode)
+                if watch.exit_reason is None and not watch.finished and crashed:
+                    watch.exit_reason = crashed  # mpirun's own crash: a failure nobody injected
+                    log.emit("crash", reason=crashed, role="mpirun", pid=proc.pid, host=socket.gethostname(),
+                             signal=-proc.returncode)
                 break
             attempt += 1
             header = f"psbench: restart {attempt}"
