@@ -168,44 +168,40 @@ def test_async_workers_survive_the_leaders_death_and_the_ps_death_after_it(tmp_p
     assert not run_processes(out)
 
 
-def test_a_hung_async_leader_is_fenced_promptly_while_the_others_train(tmp_path):
-    # async: worker1 and worker2 keep training; the PS, which awaits every worker's next gradient, sees that
-    # worker0 stopped, or a worker whose answer the PS holds up (sending to the stopped worker0 first) blames it
-    # on its route. The PS's own check is its class's (a refactoring once moved it into the base class, where
-    # the sync PS's _idle hid it: chaos found a hung async leader fenced 7 s late, by a repair)
+def test_the_async_ps_checks_for_hung_workers_itself():
+    # a refactoring once moved this check into the base class, where the sync PS's _idle hid it: chaos found a
+    # hung async leader fenced 7 s late, by a repair
     from psmodes.async_server import AsyncParameterServer
     from psmodes.server import ParameterServer
 
     assert "_suspect_hung_workers" in AsyncParameterServer.__dict__
     assert AsyncParameterServer._idle is not ParameterServer._idle
-    out, s = run_ok(tmp_path, *SYN, "--workers", "3", "--mode", "checkpoint", "--consistency", "async",
-                    "--duration", "10s", "--hang-worker", "3s@worker0", "--no-replace-workers")
-    fences = events(out, "fence", "launcher")
-    assert [f["role"] for f in fences] == ["worker0"], fences
-    assert fences[0]["what"] in ("the worker's next gradient", "the PS's answer to worker1",
-                                 "the PS's answer to worker2"), fences
-    hang = next(f for f in s["faults"] if f["kind"] == "hang")
-    # --suspect-after 3 s from its last gradient, and its beacon as silent (4.9 and 6.3 s seen: the PS's answer
-    # to the stopped worker may hold the PS up first); without the PS's check, only a repair found it
-    assert hang["fenced_s"] - hang["t_s"] < 3.0 + 4.0, hang
-    assert [(e["lost"], e["size"]) for e in events(out, "regrouped")] == [(["worker0"], 2)]
-    assert not run_processes(out)
 
 
-def test_a_hung_bounded_worker_is_suspected_by_the_ps_fenced_and_the_others_go_on(tmp_path):
+@pytest.mark.parametrize("consistency, hung, fenced_within_s", [
+    # async: the others train on; the PS (awaiting every worker's next gradient) sees the leader stopped, or a
+    # worker whose answer the PS holds up (sending to the stopped worker first) blames it on its route (the
+    # fence 4.9-6.3 s after the hang seen then)
+    ("async", 0, 3.0 + 4.0),
     # bounded:1: the others are held back by the hung worker's stale version; the PS suspects it (its next
     # gradient, a silent beacon), or the workers whose answers it holds do (their answer's route), never the PS
-    out, s = run_ok(tmp_path, *SYN, "--workers", "3", "--mode", "checkpoint", "--consistency", "bounded:1",
-                    "--duration", "10s", "--hang-worker", "3s", "--no-replace-workers")
+    ("bounded:1", 2, 3.0 + 1.5),
+])
+def test_a_hung_async_or_bounded_worker_is_fenced_and_the_others_go_on(tmp_path, consistency, hung,
+                                                                       fenced_within_s):
+    out, s = run_ok(tmp_path, *SYN, "--workers", "3", "--mode", "checkpoint", "--consistency", consistency,
+                    "--duration", "10s", "--hang-worker", f"3s@worker{hung}", "--no-replace-workers")
     fences = events(out, "fence", "launcher")
-    assert [f["role"] for f in fences] == ["worker2"], fences
-    assert fences[0]["what"] in ("the worker's next gradient", "the PS's answer to worker0",
-                                 "the PS's answer to worker1"), fences
+    assert [f["role"] for f in fences] == [f"worker{hung}"], fences
+    others = [f"the PS's answer to worker{i}" for i in range(3) if i != hung]
+    assert fences[0]["what"] in ("the worker's next gradient", *others), fences
     hang = next(f for f in s["faults"] if f["kind"] == "hang")
-    assert hang["fenced_s"] - hang["t_s"] < 3.0 + 1.5, hang  # --suspect-after 3 s
-    assert [(e["lost"], e["size"]) for e in events(out, "regrouped")] == [(["worker2"], 2)]
-    assert all(e["staleness"] <= 1 for e in events(out, "step") if e.get("applied"))
+    assert hang["fenced_s"] - hang["t_s"] < fenced_within_s, hang  # --suspect-after 3 s
+    assert [(e["lost"], e["size"]) for e in events(out, "regrouped")] == [([f"worker{hung}"], 2)]
+    if consistency.startswith("bounded"):
+        assert all(e["staleness"] <= 1 for e in events(out, "step") if e.get("applied"))
     assert not run_processes(out)
+
 
 
 def test_worker_failures_as_a_process_take_the_workers_down_to_the_leader(tmp_path):
