@@ -184,7 +184,6 @@ class Worker:
         self.group = self._workers_in_world()  # the workers in self.comm
         self.group_watch = tp.DeathWatch()
         self.group_broken: tp.PeerFailed | None = None
-        self.regroups = 0
         self.t_group_lost = 0.0
         self.t_short = 0.0  # the leader: since when the group has been short of --workers (a replacement's figure)
         if ctx.cluster.generation:  # a replacement: its shards among the group it joined
@@ -326,7 +325,7 @@ class Worker:
         self.allreducer = Allreducer(ctx.cfg.allreduce, comm, ctx.device)
         self.group_watch, self.group_broken = tp.DeathWatch(), None
         if comm.Get_size() != len(self.group) or comm.Get_rank() != self.group.index(self.index):
-            raise ProtocolError(f"the workers' group shrank to {comm.Get_size()} with worker{self.index} at rank "
+            raise ProtocolError(f"the workers' group has {comm.Get_size()} members with worker{self.index} at rank "
                                 f"{comm.Get_rank()}; the world holds the workers {self.group}")
         self._reshard(lost, joined)
 
@@ -350,7 +349,6 @@ class Worker:
         leader records the regroup. A loss starts the restart delay before its replacement is due."""
         ctx, cfg = self.ctx, self.ctx.cfg
         epoch = self._epoch_cut(len(self.group) + len(lost) - len(joined))
-        self.regroups += 1
         rank, size = self.group.index(self.index), len(self.group)
         batch, lr_factor = elastic.batch_and_lr(cfg, ctx.batch_size, size)
         self.batches = shard_batches(len(self.y), rank, size, batch,
