@@ -88,9 +88,13 @@ class Evaluator:
         ctx = self.ctx
         while True:
             c = ctx.cluster
-            snap, _ = tp.recv(c.world, MPI.ANY_SOURCE, tp.TAG_EVAL, ctx.outage_timeout + ctx.cfg.eval_interval_s,
-                              "evaluator waits for a snapshot", Snapshot, on_idle=ctx.idle, poll=tp.IDLE_POLL)
-            tp.recv_payload(c.world, self.flat.weights.numpy(), c.ps, tp.TAG_EVAL, ctx.peer_timeout, "evaluator receives")
+            snap, sender = tp.recv(c.world, MPI.ANY_SOURCE, tp.TAG_EVAL, ctx.outage_timeout + ctx.cfg.eval_interval_s,
+                                   "evaluator waits for a snapshot", Snapshot, on_idle=ctx.idle, poll=tp.IDLE_POLL)
+            # from the snapshot's sender, not c.ps: a spare that took the PS's role in place may send
+            # before this process has seen the leader's announcement and relabelled its world, when its
+            # roles still have no PS (seen in CI: Irecv from None, TypeError, node loss, stateless)
+            tp.recv_payload(c.world, self.flat.weights.numpy(), sender, tp.TAG_EVAL, ctx.peer_timeout,
+                            "evaluator receives")
             final = snap.final
             t0 = time.perf_counter()
             if final:  # no new snapshot would come: a repair waits for the final score (its PS is done)
