@@ -298,13 +298,14 @@ class RunConfig:
     restart_delay_s: float = option(10.0, "--restart-delay", "time before a replacement is spawned",
                                     group="recovery", parse=duration_or_zero, check=non_negative)
     spares: int = option(0, "--spares", "standby ranks started with the job, warm, that take a dead PS's, "
-                         "replica's or evaluator's place without MPI_Comm_spawn (spawned again once none is left)",
+                         "replica's, evaluator's or worker's place without MPI_Comm_spawn (spawned again once none "
+                         "is left)",
                          group="recovery", check=whole_number)
     refill_spares: bool = option(False, "--refill-spares", "with --spares: once training runs again after spares "
                                  "took roles, spawn new ones (training waits for their MPI_Init; their set-up "
                                  "runs meanwhile)", group="recovery")
     min_workers: int = option(1, "--min-workers", "a worker's death is survived (async and bounded; sync with "
-                              "--allreduce mpi --exchange blocking: psmodes/elastic.py) while at least N workers are "
+                              "--allreduce mpi: psmodes/elastic.py) while at least N workers are "
                               "left; below, the run ends cleanly", group="recovery",
                               check=positive_int)
     replace_workers: bool = option(True, "--no-replace-workers", "a lost worker is not replaced: the group goes "

@@ -13,6 +13,8 @@ the leader too.
   worker of the lowest index left leads (``Cluster.leader``) from the version every worker holds (the
   last header's) and says Hello without a pending gradient: the PS answers with its weights, so a
   gradient the dead leader had sent is applied once (the PS is a version ahead) or not at all.
+  The pipelined exchange: a gradient in flight when the group broke is re-sent with the Hello as one the
+  workers applied (the PS applies it unless it had); the one the workers computed meanwhile is void.
 - Async and bounded: every worker waits for the PS's answer with an ANY_SOURCE receive, which ULFM
   fails at any member's death, so each survivor notices it itself, joins the world's shrink and says
   Hello again, as after any repair (psmodes/async_worker.py). The PS starts its bookkeeping afresh, so
@@ -39,10 +41,12 @@ Not built yet, so such a death still ends the run cleanly, with a reason that sa
 - sync over Horovod's allreduce: it does not reliably outlive a worker's death. In 4 of 9 runs of
   tests/probes/horovod_after_shrink.py Horovod's coordinator (the leader) died of SIGSEGV in its
   background loop (docs/openmpi.md item 14). Elastic runs use ``--allreduce mpi``.
-- sync with the pipelined exchange (its gradient in flight and the gradient every worker holds would have to be
-  reconciled with a group that changed under them): ``--exchange blocking``;
-- in sync, the leader's death in hybrid (the upstream backup of the updates the tail lacks was its
-  alone) or while the PS is down (the repair under way: its timing, a stateless buffer).
+- in sync, the leader's death while the PS is down (the repair under way: its timing, a stateless buffer).
+
+Hybrid's upstream backup (the gradients since the tail's last ACK) was the dead leader's alone: the PS
+answers the new leader's Hello only after a forced state sync with the tail (``Hybrid.ps_new_leader``), so
+hybrid's 0 lost steps hold again from that answer on. Between the leader's death and that answer a head
+death loses the steps since the tail's last ACK (recorded as the Hello's ``lost_steps``), as in chain mode.
 
 The decision is a pure function of the configuration and the roles the shrink agreed on, the same on
 every survivor.
@@ -62,9 +66,7 @@ def unsupported(cfg) -> str | None:
         return None
     if cfg.allreduce != "mpi":
         return ("Horovod's coordinator may die with the worker (docs/openmpi.md item 14): survive a worker's "
-                "death with --allreduce mpi --exchange blocking")
-    if cfg.exchange != "blocking":
-        return "the pipelined exchange is not elastic yet: survive a worker's death with --exchange blocking"
+                "death with --allreduce mpi")
     return None
 
 
@@ -82,16 +84,14 @@ def why_the_run_ends(cfg, lost: list[Role], workers_left: int, ps_up: bool = Tru
     return None if reason is None else f"{names} died; {reason}, so the run ends"
 
 
-# the sync leader's deaths not survived (psbench chaos reads them: a run they end broke no promise)
-LEADER_HYBRID = "hybrid: the upstream backup of the updates the tail lacks was the leader's (worker0's) alone"
+# the sync leader's death not survived (psbench chaos reads it: a run it ends broke no promise)
 LEADER_PS_DOWN = "the PS was down: the repair under way (its timing, a stateless buffer) was the leader's alone"
 
 
 def leader_death_unsupported(cfg, ps_up: bool) -> str | None:
     """Sync: why the leader's death cannot be survived (None: the next worker leads and says Hello to the PS,
-    which answers with its weights, so a gradient the dead leader had sent is applied once or not at all)."""
-    if cfg.mode == "hybrid":
-        return LEADER_HYBRID
+    which answers with its weights, so a gradient the dead leader had sent is applied once or not at all;
+    hybrid's PS syncs its state with the tail first, ``Hybrid.ps_new_leader``)."""
     if not ps_up:
         return LEADER_PS_DOWN
     return None

@@ -24,6 +24,8 @@ Points (where each is reached):
   second, or before the only one);
 - ``takeover``: a replacement PS (respawned or promoted), right after its
   first answer to the workers;
+- ``new_leader``: PS (sync), right after its answer to a leader that took over
+  from a dead one (hybrid: after the forced state sync);
 - ``spawn``: chain head, the root of the survivors' collective spawn of the
   missing roles, just before it starts them (the others wait in the spawn);
 - ``in_spawn``: the same root, once MPI_Comm_spawn returned (the new processes
@@ -45,8 +47,8 @@ from pathlib import Path
 from .events import Ev
 
 ENV = "PSBENCH_KILL_POINT"
-POINTS = ("apply", "send_weights", "checkpoint_write", "chain_forward", "replay", "takeover", "spawn",
-          "in_spawn", "replacement_init")
+POINTS = ("apply", "send_weights", "checkpoint_write", "chain_forward", "replay", "takeover", "new_leader",
+          "spawn", "in_spawn", "replacement_init")
 REPLICA_POINTS = ("tail_receive",)
 
 

@@ -92,6 +92,7 @@ class ParameterServer:
         self.mailbox: list[torch.Tensor] | None = None  # the leader's gradient slots, when it is on this host
         self.mode = ctx.mode
         self.awaiting_handover = False  # a fresh replacement whose state comes from the workers (stateless)
+        self.served_leader: int | None = None  # the index of the worker whose Hello this PS answered last
         self.t0_ms = t0_ms
         self.answering: int | None = None  # the world generation of the request being answered
         self.stopped = False
@@ -258,6 +259,12 @@ class ParameterServer:
                     info["pending"] = "dropped (PS is behind the leader)"
             if applied:  # ... and they had applied it: the PS holds their weights once it has too
                 info["digest_at_workers_version"] = self._digest_at(workers_version)
+        # a leader that took over from a dead one (sync; not this PS's first leader): what only the old
+        # leader held is the mode's to restore before the answer (hybrid: a state sync with the tail)
+        if self.served_leader is not None and hello.worker != self.served_leader:
+            info["leader_from"] = self.served_leader
+            info.update(self.mode.ps_new_leader(self))
+        self.served_leader = info["leader"] = hello.worker
         info["ps_version"] = self.opt.version
         # versions the workers had that this PS does not hold (a catch-up replays them first); the
         # pending gradient is applied (or was) unless the PS is behind the version it was computed on
@@ -267,6 +274,8 @@ class ParameterServer:
         self.started = True
         self._reply()
         self._took_over()
+        if "leader_from" in info:
+            killpoints.reached("new_leader", ctx, version=self.opt.version)
 
     # ---- test-only kill points (psmodes/killpoints.py)
     def _took_over(self) -> None:

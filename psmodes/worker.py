@@ -133,8 +133,7 @@ class Worker:
         self.weights_in = self.flat.weights.numpy() if self.weights_shared else np.zeros(self.numel, dtype=np.float32)
         self.recv_buf = np.zeros(self.numel, dtype=np.float32)    # staging: a cut receive never tears weights_in
         self.on_cpu = on_cpu
-        host_buffer = lambda: torch.zeros(self.numel) if on_cpu else torch.zeros(self.numel).pin_memory()  # noqa: E731
-        self.grad_host = self.flat.grads if on_cpu else host_buffer()  # the gradient that travels
+        self.grad_host = self.flat.grads if on_cpu else self._host_buffer()  # the gradient that travels
         self.pipelined = cfg.exchange == "pipelined"
         # pipelined, the leader: two gradient buffers used in turn, since the next step's backward
         # runs while the last gradient travels (a copy of each into a buffer of its own cost 0.25 ms of
@@ -146,7 +145,7 @@ class Worker:
         if self.mailbox is not None:
             self.grad_slots = self.mailbox.slots
         elif self.pipelined and self.leader:
-            self.grad_slots = [host_buffer(), host_buffer()]
+            self.grad_slots = [self._host_buffer(), self._host_buffer()]
         self.slot = 0
         if self.grad_slots is not None:
             self._use_slot(0)
@@ -154,12 +153,12 @@ class Worker:
         self.sent_grad = self.grad_host
         self.in_flight: InFlight | None = None
         self.held: int | None = None  # pipelined: the version the gradient every worker holds was computed on
+        self.held_valid = True        # ... and that gradient is the group's average (no regroup voided it)
         self.reuse = False            # the next step sends that gradient instead of computing one
         self.ctrl = Control()  # the leader's word for the next step (the leader writes it, the others receive it)
         self.ctrl_buf = np.zeros(HEADER_LEN, dtype=np.int64)
         # pipelined, the leader: the header sent before the allreduce completed (_header_early), and the
         # answer to the gradient in flight taken then (an Answer, or the PeerFailed its wait raised)
-        self.header_early = self.pipelined and self.leader and cfg.workers > 1
         self.early_sent: tuple[Control, list] | None = None
         self.early_answer: Answer | tp.PeerFailed | None = None
         self.early_headers = 0  # how many went early (the DONE event)
@@ -201,6 +200,22 @@ class Worker:
         if self._leader_of is not c.roles:
             self._leader_of, self._is_leader = c.roles, c.leader == c.rank
         return self._is_leader
+
+    @property
+    def header_early(self) -> bool:
+        """Pipelined, the leader of a group of two or more: the step's header may go before the allreduce ends."""
+        return self.pipelined and self.leader and len(self.group) > 1
+
+    def _host_buffer(self) -> torch.Tensor:
+        return torch.zeros(self.numel) if self.on_cpu else torch.zeros(self.numel).pin_memory()
+
+    def _take_the_lead(self) -> None:
+        """Pipelined, a worker that became the leader when the leader died: the two gradient buffers the
+        leader uses in turn (without them the next backward would overwrite the gradient the PS may still be
+        receiving). No mailbox: a mapping the PS made was the dead leader's."""
+        if self.pipelined and self.grad_slots is None:
+            self.grad_slots = [self._host_buffer(), self._host_buffer()]
+            self._use_slot(0)
 
     # ---- one step's pieces
     def _use_slot(self, k: int) -> None:
@@ -287,6 +302,19 @@ class Worker:
         """The leader: a worker died. The step's update is void (KEEP); every survivor regroups. A gradient
         the PS may have taken is pending: the Hello after the regroup reconciles it (applied once)."""
         self.t_group_lost = self.t_group_lost or time.perf_counter()
+        if self.early_sent is not None:
+            # pipelined: this step's header went out before the allreduce failed; the workers that had the
+            # group's gradient applied it, and the regroup's broadcast of the PS's weights replaces their copy
+            for req in self.early_sent[1]:
+                try:
+                    tp.wait(req, self.ctx.outage_timeout, "control header", poll=tp.SHORT_POLL)
+                except tp.PeerFailed:
+                    pass  # a worker that died: the regroup drops it
+            self.early_sent = None
+        self.early_answer = None  # an Answer: nothing in flight; a PeerFailed: _lost_in_flight has run
+        if self.pipelined and self.in_flight is not None:  # unanswered: the PS may be in the world's shrink
+            self._lost_in_flight(self.in_flight.version, worker_died=True)
+        self.held_valid = False  # this step's allreduce failed somewhere: no worker's gradient is the group's
         self.in_flight = None  # pending now if its send completed (the Hello re-sends it)
         lost = [r.label for r in self.ctx.failed_roles() if r.kind == "worker"]
         self.ctx.log.emit(Ev.DETECT, via="leader", error=str(exc), t_detect=time.time(), dead=lost,
@@ -433,6 +461,7 @@ class Worker:
         self._regroup()
         if not self.leader:
             return
+        self._take_the_lead()
         self.version, self.t0_ms = self.ctrl.version, self.ctrl.t0_ms
         self.ps_up, self.pending, self.in_flight = True, False, None
         if self.outage is None:  # the group's outage, to the first update after the takeover (RECOVERED)
@@ -721,7 +750,7 @@ class Worker:
         try:
             answer = self._await_answer()
         except tp.PeerFailed:
-            self._lost_in_flight(computed_on)
+            self._lost_in_flight(computed_on, worker_died=self._a_worker_died())
             raise
         if answer.weights or answer.version != computed_on + 1:
             raise ProtocolError(f"pipelined exchange: the gradient for version {computed_on} was answered with "
@@ -769,13 +798,13 @@ class Worker:
         self.t0_ms = answer.t0_ms
         return answer
 
-    def _lost_in_flight(self, computed_on: int) -> None:
-        """Pipelined: the PS died with the gradient computed on ``computed_on`` unanswered. Every worker
-        applied it as the PS would (they hold version computed_on + 1) and computed this step's
-        gradient on the result."""
+    def _lost_in_flight(self, computed_on: int, worker_died: bool = False) -> None:
+        """Pipelined: the PS died with the gradient computed on ``computed_on`` unanswered, or (``worker_died``)
+        a worker died and the PS went into the world's repair with it. Every worker applied it as the PS
+        would (they hold version computed_on + 1) and computed this step's gradient on the result."""
         self.in_flight = None
         self.pending = True
-        if self.mode.trains_through_outage:
+        if self.mode.trains_through_outage and not worker_died:
             # the replacement starts from the workers' weights (a hand-over), which contain the gradient
             # in flight; this step's gradient is the outage's first (Mode.on_ps_lost keeps grad_host)
             return
@@ -873,7 +902,7 @@ class Worker:
         pending_code = (PENDING if self.held is None else PENDING_APPLIED) if pending else NOT_PENDING
         pid, fd, token = self.mailbox.address if self.mailbox is not None else (0, 0, 0)
         hello = Hello(self.version, pending=pending_code, buffered=buffered, t0_ms=self.t0_ms,
-                      policy=POLICY_CODES[cfg.replay], vectors=len(vectors),
+                      policy=POLICY_CODES[cfg.replay], vectors=len(vectors), worker=self.index,
                       mailbox_pid=pid, mailbox_fd=fd, mailbox_token=token)
         # a replacement that hangs before it answers is fenced like a hung PS; the cold start after a
         # respawn and the holder's own start-up are not counted (psmodes.suspicion)
@@ -896,8 +925,9 @@ class Worker:
         self.version, self.t0_ms = answer.version, answer.t0_ms
         self.ps_reads_mailbox = answer.mailbox
         if self.held is not None:  # pipelined: one version names one state, so the held gradient is valid
-            self.reuse = self.held == self.version
+            self.reuse = self.held == self.version and self.held_valid
             self.held = None
+        self.held_valid = True
         self.pending = False
         self.ps_up = True
         if self.outage is not None:  # a hand-over or a catch-up leaves the PS at or past the workers' version

@@ -103,6 +103,45 @@ def test_the_sync_leaders_death_is_survived_and_the_next_worker_leads(tmp_path):
     assert not run_processes(out)
 
 
+def test_the_pipelined_exchange_survives_a_workers_death_and_then_the_leaders(tmp_path):
+    # pipelined (psmodes/worker.py): worker2 dies while the leader's gradient is in flight; the Hello re-sends
+    # it as one the workers applied and the PS applies it once (or had), and the gradient computed meanwhile
+    # is void. Then the leader dies: worker1 takes up the leader's two gradient buffers and leads on alone,
+    # pipelined. Every copy ends bitwise equal with the PS's
+    out, s = run_ok(tmp_path, *SYN, "--workers", "3", "--mode", "chain", "--allreduce", "mpi", "--exchange", "pipelined",
+                    "--duration", "10s", "--kill-worker", "3s", "--kill-worker", "6s@worker0", "--no-replace-workers")
+    assert [k["role"] for k in s["kills"]] == ["worker2", "worker0"]
+    assert [(e["who"], e["lost"], e["size"]) for e in events(out, "regrouped")] == [
+        ("worker0", ["worker2"], 2), ("worker1", ["worker0"], 1)]
+    hellos = [e for e in events(out, "hello") if e["leader_version"] >= 0]
+    assert len(hellos) == 2 and not [e for e in hellos if "dropped" in e.get("pending", "")], hellos
+    assert s["recoveries"][0]["lost_steps"] == 0, s["recoveries"]
+    t_kill = events(out, "kill")[1]["t_kill"]
+    assert len([e for e in events(out, "step", "worker1") if e["t"] > t_kill]) > 10
+    done = {e["who"]: e for e in events(out, "done") if "digest" in e}
+    assert done["worker1"]["digest"] == done[next(w for w in done if w.startswith("ps"))]["digest"], done
+    assert done["worker1"]["early_headers"] == 0  # alone, it has no one to send a header to early
+    assert not run_processes(out)
+
+
+def test_hybrids_leader_dies_the_ps_syncs_with_the_tail_and_a_head_death_right_after_loses_nothing(tmp_path):
+    # the dead leader's upstream backup died with it: the PS answers the new leader only after a forced state
+    # sync with the tail, and is killed right after that answer (kill point new_leader). The promoted replica
+    # then holds the new leader's version: 0 lost steps. Without the sync its copy would be the last of every
+    # 100th version (K=100), and the new leader's backup, which starts at its first answer, could not fill the
+    # gap (unless the leader died on a multiple of 100: 1 run in 100 would pass without the sync)
+    out, s = run_ok(tmp_path, *SYN, "--workers", "3", "--mode", "hybrid", "--replicas", "1", "--replicate-every", "100",
+                    "--allreduce", "mpi", "--exchange", "blocking", "--duration", "10s", "--kill-worker", "3s@worker0",
+                    "--kill-ps", "point:new_leader", "--no-replace-workers")
+    assert [k["role"] for k in s["kills"]] == ["worker0", "ps"], s["kills"]
+    (synced,) = [e for e in events(out, "hello") if "leader_from" in e]
+    assert (synced["leader_from"], synced["leader"]) == (0, 1) and synced["state_sync"] == synced["ps_version"], synced
+    hellos = [e for e in events(out, "hello") if e["leader_version"] >= 0]  # the new leader's, the promoted head's
+    assert len(hellos) == 2 and [e["lost_steps"] for e in hellos] == [0, 0], hellos
+    assert s["recoveries"] and all(r["lost_steps"] == 0 for r in s["recoveries"]), s["recoveries"]
+    assert not run_processes(out)
+
+
 @pytest.mark.parametrize("consistency, mode", [("sync", "checkpoint"), ("async", "stateless")])
 def test_a_lost_worker_is_replaced_by_a_spare_then_by_a_spawned_process(tmp_path, consistency, mode):
     # worker2 dies; after the restart delay the spare takes its place in place (no spawn), as worker2 of the

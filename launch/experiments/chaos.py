@@ -170,8 +170,8 @@ def add_chaos_parser(sub) -> None:
                    help="--refill-spares in trials with spares (sync only): never, drawn (half of them) or always")
     # not drawn by default, so that a seed draws the trials it drew before elastic workers existed
     p.add_argument("--worker-faults", choices=("never", "drawn"), default="never",
-                   help="drawn: half the trials also kill or hang the last worker (sync ones over --allreduce mpi "
-                   "and the blocking exchange), where the others must go on without it (psmodes/elastic.py)")
+                   help="drawn: half the trials also kill or hang the last worker or the leader (sync ones over "
+                   "--allreduce mpi), where the others must go on without it (psmodes/elastic.py)")
     p.add_argument("--tolerance", type=float, default=ACCURACY_TOLERANCE,
                    help="largest drop of the workload's metric allowed after recovery (checkpoint, chain): "
                    "accuracy lost, or perplexity gained")
@@ -298,13 +298,13 @@ def _draw_replica_hangs(cfg: RunConfig, rng: random.Random) -> None:
 
 def _draw_worker_fault(cfg: RunConfig, rng: random.Random, duration: float, hangs: bool) -> None:
     """The last worker killed, or (``hangs``: half the time) hung until fenced, in a run whose workers are
-    elastic (psmodes/elastic.py): async and bounded, and sync over psbench's MPI allreduce and the blocking
-    exchange. A third of the time the leader instead (hybrid: never, its death ends the run)."""
+    elastic (psmodes/elastic.py): async and bounded, and sync over psbench's MPI allreduce (the exchange as
+    drawn: pipelined or blocking). A third of the time the leader instead."""
     if not cfg.is_async:
-        cfg.allreduce, cfg.exchange = "mpi", "blocking"
+        cfg.allreduce = "mpi"
     spec = f"{round(rng.uniform(0.1, 0.7) * duration, 2)}s"
     faults = cfg.hang_worker if hangs and rng.random() < 0.5 else cfg.kill_worker
-    faults.append(spec + ("@worker0" if cfg.mode != "hybrid" and rng.random() < 1 / 3 else ""))
+    faults.append(spec + ("@worker0" if rng.random() < 1 / 3 else ""))
 
 
 def _needs_sync(mode: str) -> bool:
@@ -410,7 +410,7 @@ def check_trial(cfg: RunConfig, summary: dict | None, wall_s: float,
         bad.append(f"bug: a rank stopped on an exception psbench did not expect ({bugs[0]})")
     if (cfg.kill_worker or cfg.hang_worker) and elastic.survivable(cfg):
         ended = [f["reason"] for f in summary.get("failures") or [] if "so the run ends" in str(f.get("reason"))
-                 and not any(why in str(f.get("reason")) for why in (elastic.LEADER_HYBRID, elastic.LEADER_PS_DOWN))]
+                 and elastic.LEADER_PS_DOWN not in str(f.get("reason"))]
         if ended:  # psmodes/elastic.py's reason for a worker's death that a run could not survive
             bad.append(f"elastic: a worker's death ended a run whose workers are elastic ({ended[0]})")
     unnoticed = unrecorded_divergence(run_dir, summary)

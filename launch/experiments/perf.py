@@ -97,8 +97,8 @@ FAILURE_MODES = {"checkpoint": {}, "chain": {"replicas": 2}, "stateless": {},  #
 FAILURE_KINDS = tuple(PERF_KINDS)  # the kinds measured (launch/faultkinds/: perf_repairs); outside: an unplanned SIGKILL
 SLOW_S = 3.0  # each slow phase of the failure runs, at the default --slow-factor
 # the worker failure rows (issue #46; psmodes/elastic.py): (fault, leader or not, replacement). Three workers,
-# sync over psbench's MPI allreduce and the blocking exchange; hybrid's leader death ends its run (the upstream
-# backup was the leader's), so that row is skipped for it
+# sync over psbench's MPI allreduce and the blocking exchange (hybrid's leader row: the PS's forced state sync
+# with the tail is in it)
 WORKER_ROWS = (("kill", False, "spare"), ("kill", False, "spawn"), ("kill", True, "spawn"), ("hang", False, "spare"))
 MEMORY_POLICIES = ("paper", "mean", "sequential", "staleness")
 # the throughput at scale: (label, the run's workload and workers) against the plan's benchmark at its
@@ -459,7 +459,7 @@ class Perf:
             if p.quick and mode not in QUICK_FAILURE_MODES:
                 continue
             for kind, leader, repair in WORKER_ROWS[:1] if p.quick else WORKER_ROWS:  # quick: a killed worker, a spare
-                if (leader and mode == "hybrid") or kind not in p.failure_kinds:
+                if kind not in p.failure_kinds:
                     continue
                 gap = p.kill_gap_s + (COLD_START_S + RunConfig().suspect_after_s if kind == "hang" else 0.0)
                 # the leader's: each kill takes the worker that leads then (worker0, then 1, 2: a replacement

@@ -96,6 +96,11 @@ class RecoveryMode:
         receive them and apply those it has not seen; what the PS's hello event records."""
         raise NotImplementedError(f"mode {self.name} sends no updates to catch up on")
 
+    def ps_new_leader(self, server) -> dict:
+        """Sync: the Hello of a leader that took over from a dead one (not this PS's first leader), before
+        the PS answers it; what the PS's hello event records. What only the dead leader held is restored here."""
+        return {}
+
     def ps_finish(self, server) -> None:
         """Training is over; before the final evaluation."""
 

@@ -100,6 +100,21 @@ class Hybrid(ChainReplication):
             info["catch_up_gap"] = list(gap)
         return info
 
+    def ps_new_leader(self, server) -> dict:
+        """The dead leader's upstream backup died with it, and the new leader's starts at this version: a head
+        death before the tail holds this version would lose the steps since the tail's last ACK (up to 2K-1,
+        as in chain mode). So the head ships its state now and waits for the tail's ACK before it answers the
+        new leader (a forced state sync): the answer says ``durable`` = this version, and the new leader's
+        backup covers every step after it. 0 lost steps again from the answer on."""
+        import time
+
+        if not server.ctx.cluster.replicas:
+            return {"state_sync": "no replica"}  # nothing to sync with, as after a promotion with none left
+        t0 = time.perf_counter()
+        replicate(server, wait_ack=False, ack=True)
+        server.acks.wait_for(server, server.opt.version)
+        return {"state_sync": server.opt.version, "state_sync_s": round(time.perf_counter() - t0, 6)}
+
     def ps_finish(self, server) -> None:
         super().ps_finish(server)
         server.acks.close()
@@ -201,6 +216,25 @@ class AckInbox:
         except tp.PeerFailed:
             pass  # a death: the PS's own waits notice it and repair; the ACKs start again on the new world
         return self.durable
+
+    def wait_for(self, server, version: int) -> None:
+        """Until the tail has acknowledged ``version`` (a forced state sync): this inbox's own receive, waited
+        for with the chain's suspicion of the tail and the peer timeout."""
+        import time
+
+        from .. import transport as tp
+        from ..suspicion import Suspicion, delivery_wait_s
+
+        ctx, c = server.ctx, server.ctx.cluster
+        after = delivery_wait_s(ctx.cfg.suspect_after_s, 0, len(c.chain))
+        suspect = Suspicion(ctx, c.replicas[-1], "the chain's acknowledgement of a state sync", after,
+                            route=tuple(c.replicas[:-1]))
+        deadline = time.monotonic() + ctx.peer_timeout
+        while self.newest(c.world) < version:
+            # the receive completes with the next ACK, which newest() then reads (and posts the next receive)
+            tp.wait(self._req, max(0.0, deadline - time.monotonic()), "tail acknowledges a state sync",
+                    on_idle=ctx.idle, watch=ctx.death_watch(), suspect=suspect)
+        suspect.done()
 
     def close(self) -> None:
         from .. import transport as tp
