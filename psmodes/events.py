@@ -67,6 +67,7 @@ class Ev(StrEnum):
     KILL = "kill"                      # a fault sent: target role, pid, host, t_s
     HANG = "hang"                      # SIGSTOP sent: role, pid, host, at, for_s (None: until fenced)
     CONTINUED = "continued"            # the SIGCONT that ended a hang (or a slow phase)
+    LANDED = "landed"                  # a hang's or slow phase's script: its host's clock when it sent its signal
     SLOW = "slow"                      # a slow phase began: role, pid, host, for_s, factor
     PARTITION = "partition"            # the target's host cut off for for_s: host, link, peer
     FENCE = "fence"                    # a suspect SIGKILLed: pid, host, role, how (launcher or self), suspect

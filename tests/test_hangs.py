@@ -219,6 +219,25 @@ def test_a_fence_belongs_to_the_latest_fault_of_its_process():
     assert hang["_t_ended"] == pytest.approx(4.85 + 0.2) and "continued by the slow phase" in hang["evidence"]
 
 
+def test_a_remote_hang_is_timed_when_its_sigstop_landed_and_its_fence_when_sent_and_landed():
+    """Found by psbench chaos over two hosts (chain trial-021): the hang was timed when it was sent and its
+    fence when carried out, so both ssh round trips (0.6 s and 0.54 s) counted against the fence's bound."""
+    from launch.analysis.faults import fault_records
+
+    offsets = {"b": 0.25}  # host b's clock runs 0.25 s ahead of the launcher's
+    kill_time = lambda k: k["t_remote"] - offsets[k["host"]] if k.get("t_remote") is not None else k["t_kill"]  # noqa: E731
+    stream = [ev(0, "start", "ps", pid=10, host="b", role="ps"),
+              ev(4.0, "hang", "launcher", t_hang=4.0, pid=10, host="b", role="ps", at="4s", for_s=None, how="ssh"),
+              {**ev(4.7, "landed", "launcher", t_remote=4.85, pid=10, host="b", for_s=None, at="4s"), "kind": "hang"},
+              ev(8.6, "fence", "launcher", t_fence=8.6, t_remote=9.39, pid=10, host="b", role="ps", by="worker0",
+                 t_suspect=8.55, waited_s=3.0)]
+    (hang,) = fault_records(stream, kill_time, lambda t, who: t)
+    assert hang["_t"] == pytest.approx(4.6) and hang["_t_fence"] == pytest.approx(9.14)
+    assert hang["_t_fence_sent"] == 8.6
+    (unlanded,) = fault_records([x for x in stream if x["ev"] != "landed"], kill_time, lambda t, who: t)
+    assert unlanded["_t"] == 4.0  # no word from the script: when it was sent
+
+
 def test_hang_and_slow_points_parse_with_their_length():
     from launch.faultkinds import parse_points as parse_kills
 

@@ -40,7 +40,9 @@ def fault_records(events: list[dict], kill_time, to_launcher) -> list[dict]:
         mine = [r for r in out if r["kind"] in KINDS and KINDS[r["kind"]].fenceable and (r["pid"], r["host"]) ==
                 (f["pid"], f["host"]) and r["_t"] <= landed]
         if mine:  # the latest of them (found by psbench chaos: a hang during a slow phase was fenced, and the
-            max(mine, key=lambda r: r["_t"])["_t_fence"] = landed  # fence went to the slow phase, listed after it)
+            fault = max(mine, key=lambda r: r["_t"])  # fence went to the slow phase, listed after it)
+            # carried out (fenced_s), and sent: the launcher's decision, before the route's round trip
+            fault["_t_fence"], fault["_t_fence_sent"] = landed, f.get("t_fence", f["t"])
             continue
         began = to_launcher(f.get("t_suspect", f["t"]), f.get("by") or "launcher") - (f.get("waited_s") or 0)
         rec = record("unplanned", False, began, f, f"suspected by {f.get('by')} ({f.get('what')}) and fenced"

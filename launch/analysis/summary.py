@@ -13,8 +13,9 @@ updates have staleness 0), ``staleness_mean``, ``staleness_p99``,
 ``per_worker_samples_per_s``, ``failure_schedule`` (``--failures`` as drawn: ``t_s``, ``target``, ``kind``,
 ``spec``), ``kills`` (the scheduled SIGKILLs: ``t_s``, ``pid``, ``host``,
 ``role``), ``faults`` (every failure the run had, injected or not: ``kind`` kill, hang, slow or
-unplanned, ``planned``, ``t_s``, ``role``, ``pid``, ``evidence``, a hang's ``fenced_s`` /
-``ended_s``; launch/analysis/faults.py), ``detections`` (per fault: ``fault``, its index,
+unplanned, ``planned``, ``t_s``, ``role``, ``pid``, ``evidence``, a hang's ``fenced_s`` (carried out) and
+``fence_sent_s`` (the launcher's decision) / ``ended_s``; a remote hang's ``t_s`` is when its SIGSTOP was
+carried out; launch/analysis/faults.py), ``detections`` (per fault: ``fault``, its index,
 ``kind``, ``latency_s`` from the fault to the first rank that noticed, ``rank``, ``via``; a hang
 is noticed by a rank's suspicion), ``ps_heads`` (each process that applied updates as the PS:
 ``first_s``, ``last_s``), ``slowest_answer_s`` (the longest a live PS took to answer a worker),
@@ -399,6 +400,8 @@ def public(fault: dict, rel) -> dict:
     out["t_s"] = rel(fault["_t"])
     if "_t_fence" in fault:
         out["fenced_s"] = rel(fault["_t_fence"])
+    if "_t_fence_sent" in fault:
+        out["fence_sent_s"] = rel(fault["_t_fence_sent"])
     if "_t_ended" in fault:
         out["ended_s"] = rel(fault["_t_ended"])
     return out

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from psmodes import stacks
 from psmodes.pidfiles import alive, pid_files, read_pid_file
+from psmodes.events import Ev
 
 from ..faultkinds import KINDS, Point
 from ..faultkinds.hang import CONT_SCRIPT
@@ -382,11 +383,15 @@ class Injector:
         return {"how": route}
 
     def _reap(self) -> None:
-        """Scripts that ended: a hang or slow phase that ended records ``continued``."""
+        """Scripts that ended: ``landed``, the target host's clock when the script sent its signal (the first
+        line it printed), and a hang or slow phase that ended records ``continued``."""
         for proc, what in list(self.running):
             if proc.poll() is None:
                 continue
             self.running.remove((proc, what))
+            t_remote = first_float(proc.stdout.read() if proc.stdout is not None else "")
+            if t_remote is not None and proc.returncode == 0:
+                self.log.emit(Ev.LANDED, t_remote=t_remote, **what)
             if what["for_s"] is not None and proc.returncode == 0:
                 self.log.emit("continued", t_continued=time.time(), **what)
 

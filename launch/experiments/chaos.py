@@ -493,7 +493,9 @@ def check_faults(cfg: RunConfig, summary: dict, outside_kills: list[int] = (),
         if ends and f.get("fenced_s") is not None:
             bad.append(f"hang: a {f['for_s']} s pause at {f['t_s']} s was fenced (--suspect-after {suspect:g}s)")
         elif not ends and suspect and f.get("ended_s") is None:
-            took = (f["fenced_s"] - f["t_s"]) if f.get("fenced_s") is not None else None
+            # to the launcher's decision to fence (fence_sent_s): a fence over ssh is carried out its round trip later
+            # (0.54 s seen over two hosts), which is the route's, not the suspicion's
+            took = (f.get("fence_sent_s", f["fenced_s"]) - f["t_s"]) if f.get("fenced_s") is not None else None
             cold = max([r + COLD_START_S - f["t_s"] for r in respawns if r <= f["t_s"]] + [0.0])
             # a hang that began while another hung process was still unfenced waits for that one's fence:
             # what would have waited on it may be the other one (a replica hung 0.2 s after its hung head
