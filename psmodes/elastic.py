@@ -41,7 +41,13 @@ Not built yet, so such a death still ends the run cleanly, with a reason that sa
 - sync over Horovod's allreduce: it does not reliably outlive a worker's death. In 4 of 9 runs of
   tests/probes/horovod_after_shrink.py Horovod's coordinator (the leader) died of SIGSEGV in its
   background loop (docs/openmpi.md item 14). Elastic runs use ``--allreduce mpi``.
-- in sync, the leader's death while the PS is down (the repair under way: its timing, a stateless buffer).
+- in sync stateless, the leader's death while the PS is down: the updates buffered through the outage for
+  the replacement's replay were the leader's alone.
+
+In the modes that wait out a PS's outage (checkpoint; chain and hybrid when no replica is left), the leader may
+die while the PS is down too (a node loss takes both): the next worker leads, starts the restart delay afresh
+(the old leader's schedule died with it) and announces the respawn; its Hello to the replacement says the version
+of the last header, and the steps the replacement lacks are recorded as lost, as after any PS death.
 
 Hybrid's upstream backup (the gradients since the tail's last ACK) was the dead leader's alone: the PS
 answers the new leader's Hello only after a forced state sync with the tail (``Hybrid.ps_new_leader``), so
@@ -85,14 +91,15 @@ def why_the_run_ends(cfg, lost: list[Role], workers_left: int, ps_up: bool = Tru
 
 
 # the sync leader's death not survived (psbench chaos reads it: a run it ends broke no promise)
-LEADER_PS_DOWN = "the PS was down: the repair under way (its timing, a stateless buffer) was the leader's alone"
+LEADER_PS_DOWN = "the PS was down: the updates buffered through the outage were the leader's (worker0's) alone"
 
 
 def leader_death_unsupported(cfg, ps_up: bool) -> str | None:
     """Sync: why the leader's death cannot be survived (None: the next worker leads and says Hello to the PS,
     which answers with its weights, so a gradient the dead leader had sent is applied once or not at all;
-    hybrid's PS syncs its state with the tail first, ``Hybrid.ps_new_leader``)."""
-    if not ps_up:
+    hybrid's PS syncs its state with the tail first, ``Hybrid.ps_new_leader``). With the PS down, only where the
+    workers train through the outage (stateless: the buffered updates were the leader's)."""
+    if not ps_up and cfg.recovery_mode.trains_through_outage:
         return LEADER_PS_DOWN
     return None
 

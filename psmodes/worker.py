@@ -91,6 +91,7 @@ class Worker:
     def __init__(self, ctx: Context, worker_comm: MPI.Intracomm) -> None:
         self.ctx = ctx
         self._leader_of: list | None = None  # the roles list self.leader was decided for
+        self.led = self.leader  # whether this worker has taken up the leader's duties (_take_the_lead)
         self.mode = ctx.mode
         cfg = ctx.cfg
         self.slowest_answer_s = 0.0  # the longest exchange with a live PS (sync: the leader's)
@@ -210,9 +211,19 @@ class Worker:
         return torch.zeros(self.numel) if self.on_cpu else torch.zeros(self.numel).pin_memory()
 
     def _take_the_lead(self) -> None:
-        """Pipelined, a worker that became the leader when the leader died: the two gradient buffers the
-        leader uses in turn (without them the next backward would overwrite the gradient the PS may still be
-        receiving). No mailbox: a mapping the PS made was the dead leader's."""
+        """A worker that became the leader when the leader died (in its wait for the header, or in a repair the
+        dead leader had called): it leads from the version every worker holds, the last header's, with nothing
+        in flight (the PS answers its Hello with its weights: a gradient the dead leader had sent is applied
+        once or not at all). Pipelined: the two gradient buffers the leader uses in turn (without them the next
+        backward would overwrite the gradient the PS may still be receiving); no mailbox: a mapping the PS made
+        was the dead leader's."""
+        self.led = True
+        self.version, self.t0_ms = self.ctrl.version, self.ctrl.t0_ms
+        self.pending, self.in_flight, self.held = False, None, None
+        # the PS down too (psmodes/elastic.py: a mode that waits out the outage): its repair is this leader's
+        # now, the restart delay afresh (the dead leader's schedule died with it), announced in _lead
+        self.ps_up = self.ctx.cluster.ps is not None
+        self.repair_due = None if self.ps_up else time.monotonic() + self.ctx.cfg.restart_delay_s
         if self.pipelined and self.grad_slots is None:
             self.grad_slots = [self._host_buffer(), self._host_buffer()]
             self._use_slot(0)
@@ -356,6 +367,10 @@ class Worker:
             raise ProtocolError(f"the workers' group has {comm.Get_size()} members with worker{self.index} at rank "
                                 f"{comm.Get_rank()}; the world holds the workers {self.group}")
         self._reshard(lost, joined)
+        if self.leader and not self.led:
+            # seen in review: a leader that died in a repair it had called (a refill's spawn) left the next worker
+            # leading from a version it never held (-1: the PS took its Hello for the run's first contact)
+            self._take_the_lead()
 
     def _make_group(self) -> MPI.Intracomm:
         """The workers' communicator made over the world (MPI_Comm_create_group: collective over the workers
@@ -461,11 +476,11 @@ class Worker:
         self._regroup()
         if not self.leader:
             return
-        self._take_the_lead()
-        self.version, self.t0_ms = self.ctrl.version, self.ctrl.t0_ms
-        self.ps_up, self.pending, self.in_flight = True, False, None
         if self.outage is None:  # the group's outage, to the first update after the takeover (RECOVERED)
             self.outage = Outage(t_start=time.time(), t_detect=time.time(), version=self.version)
+        if not self.ps_up:  # the PS is down too: the respawn is announced in _lead once the delay has passed
+            self._set_ctrl(False)
+            return
         if self.repair_due is None and not ctx.refill_expected():
             ctx.announce(ACTION_NONE)  # nothing to spawn: complete the survivors' wait for the announcement
         self._connect_and_steer(pending=False)

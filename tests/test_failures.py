@@ -143,6 +143,24 @@ def test_hybrids_leader_dies_the_ps_syncs_with_the_tail_and_a_head_death_right_a
     assert not run_processes(out)
 
 
+def test_the_leader_dies_while_the_ps_is_down_and_the_next_worker_takes_over_its_repair(tmp_path):
+    # checkpoint waits out the PS's outage: the leader dies 0.5 s into it (inside the restart delay); worker1
+    # leads, starts the delay afresh, announces the respawn and says Hello to the replacement (the steps since
+    # the last checkpoint recorded as lost); worker0's replacement (worker3) joins after it
+    out, s = run_ok(tmp_path, *SYN, "--workers", "3", "--mode", "checkpoint", "--allreduce", "mpi",
+                    "--duration", "12s", "--kill-ps", "3s", "--kill-worker", "3.5s@worker0")
+    assert [k["role"] for k in s["kills"]] == ["ps", "worker0"]
+    respawned = [e for e in events(out, "start") if e["role"] == "ps" and e.get("generation")]
+    assert respawned, "the PS was not replaced"
+    (hello,) = [e for e in events(out, "hello") if e["leader_version"] >= 0]
+    assert hello["leader"] == 1 and hello["lost_steps"] == hello["workers_version"] - hello["ps_version_before"], hello
+    assert [(e["who"], e["lost"], e["joined"]) for e in events(out, "regrouped")] == [
+        ("worker1", ["worker0"], []), ("worker1", [], ["worker3"])]
+    done = {e["who"]: e["digest"] for e in events(out, "done") if "digest" in e}
+    assert done["worker1"] == done["worker2"] == done[next(w for w in done if w.startswith("ps"))], done
+    assert not run_processes(out)
+
+
 @pytest.mark.parametrize("consistency, mode", [("sync", "checkpoint"), ("async", "stateless")])
 def test_a_lost_worker_is_replaced_by_a_spare_then_by_a_spawned_process(tmp_path, consistency, mode):
     # worker2 dies; after the restart delay the spare takes its place in place (no spawn), as worker2 of the
