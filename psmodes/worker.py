@@ -368,8 +368,9 @@ class Worker:
                                 f"{comm.Get_rank()}; the world holds the workers {self.group}")
         self._reshard(lost, joined)
         if self.leader and not self.led:
-            # seen in review: a leader that died in a repair it had called (a refill's spawn) left the next worker
-            # leading from a version it never held (-1: the PS took its Hello for the run's first contact)
+            # here, not only in _leader_lost: a leader that dies in a repair it had called (a refill's spawn) leaves
+            # the next worker leading from _follow_actions, which would have said Hello with a version it never held
+            # (-1: the PS takes that for the run's first contact). Found reading the code, not in a run
             self._take_the_lead()
 
     def _make_group(self) -> MPI.Intracomm:
