@@ -64,6 +64,7 @@ class Ended:
 
     def __init__(self, seconds: float) -> None:
         self.end, self.returncode, self.pid = time.monotonic() + seconds, None, None
+        self.stdout = None  # nothing it printed comes back here (the injector reads a script's first line)
 
     def poll(self):
         if self.returncode is None and time.monotonic() >= self.end:
