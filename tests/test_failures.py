@@ -152,8 +152,8 @@ def test_the_leader_dies_while_the_ps_is_down_and_the_next_worker_takes_over_its
     assert [k["role"] for k in s["kills"]] == ["ps", "worker0"]
     respawned = [e for e in events(out, "start") if e["role"] == "ps" and e.get("generation")]
     assert respawned, "the PS was not replaced"
-    (hello,) = [e for e in events(out, "hello") if e["leader_version"] >= 0]
-    assert hello["leader"] == 1 and hello["lost_steps"] == hello["workers_version"] - hello["ps_version_before"], hello
+    hello = [e for e in events(out, "hello") if e["leader_version"] >= 0][0]  # the replacement's (then the refill's)
+    assert hello["who"] != "ps" and hello["leader"] == 1 and hello["lost_steps"] == hello["workers_version"] - hello["ps_version_before"], hello
     assert [(e["who"], e["lost"], e["joined"]) for e in events(out, "regrouped")] == [
         ("worker1", ["worker0"], []), ("worker1", [], ["worker3"])]
     done = {e["who"]: e["digest"] for e in events(out, "done") if "digest" in e}
