@@ -451,8 +451,13 @@ class Worker:
             reqs = self._send_ctrl(self.ctrl)
         else:
             reqs = [comm.Irecv(self.ctrl_buf, 0, tp.TAG_CTRL)]
+        # the others suspect a stopped leader here by its silent beacon (a live one may take long: its exchange
+        # with a hung PS, a repair). Found by psbench chaos (hybrid trial-002 of seed 53): the PS hung, then the
+        # leader while it waited for the PS's answer; the workers had left the allreduce, so nobody suspected
+        # either, and the replicas waited out the peer timeout
+        suspect = None if self.leader else GroupSuspicion(self.ctx, [f"worker{self.group[0]}"], "the leader's header")
         try:
-            tp.wait(reqs, timeout, "control header", poll=tp.SHORT_POLL)
+            tp.wait(reqs, timeout, "control header", poll=tp.SHORT_POLL, suspect=suspect)
         except tp.PeerFailed as exc:
             if self.leader or not self.elastic:
                 raise

@@ -250,6 +250,20 @@ def test_a_hang_behind_another_hang_is_timed_from_that_ones_fence(tmp_path):
     assert any("fenced after 7.94 s" in b for b in much_later), much_later
 
 
+def test_a_hang_whose_watcher_hung_too_is_timed_from_the_watchers_fence(tmp_path):
+    """Worker chaos (hybrid, seed 53, trial-002): the PS hung at 2.48 s and the leader, the only rank waiting for
+    its answer, at 3.02 s; the others found the leader by its silent beacon, the repair after its fence the PS."""
+    from launch.experiments.chaos import check_trial
+
+    cfg, _ = _trial(tmp_path, "checkpoint")  # --suspect-after 3 s
+    ps = {**HANG, "t_s": 2.48, "for_s": None, "fenced_s": 9.3}
+    leader = {**HANG, "t_s": 3.02, "role": "worker0", "pid": 9, "for_s": None, "fenced_s": 6.2}
+    assert check_trial(cfg, _summary(faults=[ps, leader]), 20) == []
+    assert any("fenced after 6.82 s" in b for b in check_trial(cfg, _summary(faults=[ps]), 20))
+    # a watcher that hung after --suspect-after had passed is no excuse: the PS should have been found by then
+    assert any("fenced after 6.82 s" in b for b in check_trial(cfg, _summary(faults=[ps, {**leader, "t_s": 5.6}]), 20))
+
+
 def test_a_hang_on_a_cut_off_host_is_timed_from_the_cut_or_the_fence_it_waited_for(tmp_path):
     """psbench chaos over two hosts (seed 46, at ac07ae6): chain trial-015, the PS hung 0.6 s into a 1.8 s cut
     of its host (its answers sent before the hang arrived when the link came back) and was fenced 3.5 s

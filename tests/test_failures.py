@@ -124,6 +124,24 @@ def test_the_pipelined_exchange_survives_a_workers_death_and_then_the_leaders(tm
     assert not run_processes(out)
 
 
+def test_a_leader_hung_while_it_waits_for_a_hung_ps_is_fenced_and_so_is_the_ps(tmp_path):
+    # found by psbench chaos (hybrid, seed 53, trial-002): the PS hung, then the leader while it waited for the
+    # PS's answer; the other workers wait for the leader's header, not in a collective, and suspected nobody.
+    # They suspect a leader whose beacon is silent there now; the new leader then suspects the hung PS
+    out, s = run_ok(tmp_path, *SYN, "--workers", "3", "--mode", "hybrid", "--replicas", "1", "--allreduce", "mpi",
+                    "--duration", "14s", "--hang-ps", "3s", "--hang-worker", "4s@worker0", "--no-replace-workers")
+    fences = {f["role"]: f for f in events(out, "fence", "launcher")}
+    assert set(fences) == {"ps", "worker0"}, fences
+    hangs = {f["role"]: f for f in s["faults"] if f["kind"] == "hang"}
+    assert hangs["worker0"]["fenced_s"] - hangs["worker0"]["t_s"] < 3.0 + 1.5, hangs  # --suspect-after 3 s
+    # the PS only after the leader (who alone waited for it): found in the repair that followed
+    assert 0 < hangs["ps"]["fenced_s"] - hangs["worker0"]["fenced_s"] < 3.0 + 1.5, hangs
+    suspects = {e["role"]: e["what"] for e in events(out, "suspect")}
+    assert suspects["worker0"] == "the leader's header", suspects
+    assert len([e for e in events(out, "step", "worker1") if e["t"] > fences["ps"]["t"]]) > 10
+    assert not run_processes(out)
+
+
 def test_hybrids_leader_dies_the_ps_syncs_with_the_tail_and_a_head_death_right_after_loses_nothing(tmp_path):
     # the dead leader's upstream backup died with it: the PS answers the new leader only after a forced state
     # sync with the tail, and is killed right after that answer (kill point new_leader). The promoted replica

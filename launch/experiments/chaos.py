@@ -505,6 +505,12 @@ def check_faults(cfg: RunConfig, summary: dict, outside_kills: list[int] = (),
             # while the PS's host was cut off; only the shrink after the PS's fence could find it)
             behind = max([h["fenced_s"] - f["t_s"] for h in faults if h is not f and h["kind"] in ("hang", "partition")
                           and h.get("fenced_s") is not None and h["t_s"] <= f["t_s"] < h["fenced_s"]] + [0.0])
+            # and one whose watcher hung too before --suspect-after had passed waits for the watcher's fence and the
+            # repair after it (worker chaos, hybrid trial-002 of seed 53: the PS hung, then the leader, the only rank
+            # that waited for the PS's answer, 0.5 s later; the others found the leader, then the repair the PS)
+            watcher = max([h["fenced_s"] - f["t_s"] for h in faults if h is not f and h["kind"] == "hang"
+                           and h.get("fenced_s") is not None and f["t_s"] < h["t_s"] < f["t_s"] + suspect] + [0.0])
+            behind = max(behind, watcher)
             # a hang on a host that is cut off cannot be told from the cut until the link is back: the waits that
             # would find it wait for the link first (chain trial-015: the PS hung 0.6 s into a 1.8 s cut, its
             # answers sent before the hang arrived when the link came back)
