@@ -250,6 +250,22 @@ def test_a_hang_behind_another_hang_is_timed_from_that_ones_fence(tmp_path):
     assert any("fenced after 7.94 s" in b for b in much_later), much_later
 
 
+def test_hybrid_loses_what_chain_would_when_its_leader_died_in_the_recovery(tmp_path):
+    """Worker chaos (hybrid K=20, seed 53, trial-002): the PS hung, then the leader; the upstream backup died with
+    the leader and the promoted replica lacked the 15 steps since the tail's last ACK: chain's bound (2K-1), not 0."""
+    from launch.experiments.chaos import check_trial
+
+    cfg, _ = _trial(tmp_path, "hybrid", workers=3, replicas=2, replicate_every=20)
+    ps = {**HANG, "t_s": 2.47, "for_s": None, "fenced_s": 9.06}
+    leader = {**HANG, "t_s": 3.01, "role": "worker0", "pid": 9, "for_s": None, "fenced_s": 5.95}
+    rec = {"fault": 1, "kind": "hang", "lost_steps": 15, "recovery_s": 6.1}
+    assert not [b for b in check_trial(cfg, _summary(faults=[ps, leader], recoveries=[rec]), 20) if "lost" in b]
+    alone = check_trial(cfg, _summary(faults=[ps], recoveries=[{**rec, "fault": 0}]), 20)
+    assert any("lost 15 steps (hybrid K=20 R=2 allows 0)" in b for b in alone), alone
+    over = check_trial(cfg, _summary(faults=[ps, leader], recoveries=[{**rec, "lost_steps": 40}]), 20)
+    assert any("allows 39, the leader lost" in b for b in over), over
+
+
 def test_a_hang_whose_watcher_hung_too_is_timed_from_the_watchers_fence(tmp_path):
     """Worker chaos (hybrid, seed 53, trial-002): the PS hung at 2.48 s and the leader, the only rank waiting for
     its answer, at 3.02 s; the others found the leader by its silent beacon, the repair after its fence the PS."""

@@ -51,6 +51,11 @@ class RecoveryMode:
             return bound + 1
         return bound
 
+    def lost_steps_bound_leader_lost(self, cfg) -> int | None:
+        """The bound of a recovery in which the sync leader died too (psmodes/elastic.py): the same, but where
+        the leader held part of the promise (hybrid)."""
+        return self.lost_steps_bound(cfg)
+
     def ps_versions_lost(self, cfg) -> int | None:
         """The most answered PS versions one recovery may lose (None: the run does not recover)."""
         return 0
