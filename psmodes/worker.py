@@ -316,11 +316,7 @@ class Worker:
         if self.early_sent is not None:
             # pipelined: this step's header went out before the allreduce failed; the workers that had the
             # group's gradient applied it, and the regroup's broadcast of the PS's weights replaces their copy
-            for req in self.early_sent[1]:
-                try:
-                    tp.wait(req, self.ctx.outage_timeout, "control header", poll=tp.SHORT_POLL)
-                except tp.PeerFailed:
-                    pass  # a worker that died: the regroup drops it
+            self._headers_sent_to_survivors(self.early_sent[1])
             self.early_sent = None
         self.early_answer = None  # an Answer: nothing in flight; a PeerFailed: _lost_in_flight has run
         if self.pipelined and self.in_flight is not None:  # unanswered: the PS may be in the world's shrink
@@ -495,14 +491,21 @@ class Worker:
         """The leader's header in an elastic run: a send that fails is a worker's death (the others have the
         header); a regroup's header goes to the workers not known dead, and their failures are expected."""
         timeout, regroup = self.ctx.outage_timeout, self.ctrl.action == ACT_REGROUP
-        for req in self._send_ctrl(self.ctrl, skip=set(tp.failed_ranks(self.ctrl_comm)) if regroup else set()):
-            if regroup:
-                try:
-                    tp.wait(req, timeout, "control header", poll=tp.SHORT_POLL)
-                except tp.PeerFailed:
-                    pass  # a worker that died: the regroup drops it
-            else:
-                self._in_group(lambda watch, req=req: tp.wait(req, timeout, "control header", poll=tp.SHORT_POLL))
+        reqs = self._send_ctrl(self.ctrl, skip=set(tp.failed_ranks(self.ctrl_comm)) if regroup else set())
+        if regroup:
+            self._headers_sent_to_survivors(reqs)
+            return
+        for req in reqs:
+            self._in_group(lambda watch, req=req: tp.wait(req, timeout, "control header", poll=tp.SHORT_POLL))
+
+    def _headers_sent_to_survivors(self, reqs: list) -> None:
+        """Complete the sends of a header the group's regroup follows: a send that fails is a worker that died
+        (the regroup drops it)."""
+        for req in reqs:
+            try:
+                tp.wait(req, self.ctx.outage_timeout, "control header", poll=tp.SHORT_POLL)
+            except tp.PeerFailed:
+                pass
 
     # ---- the loop
     def run(self) -> None:

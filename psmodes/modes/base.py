@@ -46,10 +46,12 @@ class RecoveryMode:
         recover): the PS's versions of :meth:`ps_versions_lost` and, with ``--exchange pipelined``,
         the one the workers applied before the PS answered it. A bound of 0 stays 0 there: that
         gradient is re-sent with the Hello and the promoted PS applies it (tests/test_pipeline.py)."""
-        bound = self.ps_versions_lost(cfg)
-        if bound and cfg.exchange == "pipelined":
-            return bound + 1
-        return bound
+        return self._with_exchange(cfg, self.ps_versions_lost(cfg))
+
+    @staticmethod
+    def _with_exchange(cfg, versions: int | None) -> int | None:
+        """A bound of PS versions as steps the workers saw: one more with the pipelined exchange, unless 0."""
+        return versions + 1 if versions and cfg.exchange == "pipelined" else versions
 
     def lost_steps_bound_leader_lost(self, cfg) -> int | None:
         """The bound of a recovery in which the sync leader died too (psmodes/elastic.py): the same, but where

@@ -47,8 +47,7 @@ class Hybrid(ChainReplication):
     def lost_steps_bound_leader_lost(self, cfg) -> int | None:
         # the upstream backup died with the leader: until the PS's forced state sync with the tail answers the
         # new leader (ps_new_leader), a head death loses what chain with the same K would
-        bound = ChainReplication.ps_versions_lost(self, cfg)
-        return bound + 1 if bound and cfg.exchange == "pipelined" else bound
+        return self._with_exchange(cfg, ChainReplication.ps_versions_lost(self, cfg))
 
     def validate(self, cfg) -> None:
         from ..errors import ConfigError
