@@ -78,9 +78,24 @@ def test_bad_project_input_is_one_line(tmp_path, args, needle):
     assert needle in proc.stderr, proc.stderr
 
 
+def test_a_runs_own_failure_times_are_replayed_with_the_injectors_deferral():
+    from launch.analysis.projection import Recovery, replay_arrivals
+
+    rec = Recovery("m", outage_s=2.0)
+    # 11 s falls in the outage of 10 s: the injector's kill lands at its end (12 s) and starts another
+    assert replay_arrivals(rec, [10.0, 11.0, 50.0], 100.0) == pytest.approx(0.94)
+    # a node failure instead starts the outage again from 11 s
+    assert replay_arrivals(rec, [10.0, 11.0, 50.0], 100.0, defer=False) == pytest.approx(0.95)
+    # a spare serves the first failure only when none is refilled
+    spare = Recovery("m", outage_s=2.0, spare_outage_s=0.5, refill_s=float("inf"))
+    assert replay_arrivals(spare, [10.0, 50.0], 100.0, spares=1) == pytest.approx(1 - 2.5 / 100)
+    # after the horizon: nothing
+    assert replay_arrivals(rec, [150.0], 100.0) == 1.0
+
+
 def test_validation_sets_measured_runs_beside_their_prediction(tmp_path):
     """The plumbing of --validate on made-up run records (the real ones are the MTBF study's)."""
-    from launch.experiments.project import measured_from, validate
+    from launch.experiments.project import ended_early, measured_from, validate
     from psmodes.config import RunConfig
 
     for seed, ettr in ((0, 0.80), (1, 0.84), (2, 0.82)):
@@ -90,8 +105,21 @@ def test_validation_sets_measured_runs_beside_their_prediction(tmp_path):
                         failures=["ps:exp:20s"], run_dir=str(run))
         (run / "config.json").write_text(json.dumps(cfg.to_dict()))
         (run / "summary.json").write_text(json.dumps({"completed": True, "exit_reason": "completed", "ettr": ettr,
-                                                      "mode": "checkpoint", "seed": seed}))
+                                                      "mode": "checkpoint", "seed": seed,
+                                                      "ettr_parts": {"train_s": 120.0},
+                                                      "faults": [{"t_s": 30.0, "planned": True}]}))
+    dead = tmp_path / "chain-s0"  # a run that lost every copy: listed, not compared
+    dead.mkdir()
+    cfg = RunConfig(benchmark="fmnist-cnn", mode="chain", duration_s=120.0, failures=["ps:exp:20s"], run_dir=str(dead))
+    (dead / "config.json").write_text(json.dumps(cfg.to_dict()))
+    (dead / "summary.json").write_text(json.dumps({"completed": False, "exit_reason": "no copy survives", "ettr": 0.9,
+                                                   "mode": "chain", "seed": 0}))
+    assert [(e["ended_early"], e["reason"]) for e in ended_early(tmp_path)] == [(1, "no copy survives")]
     (row,) = validate(measured_from(ROOT / "reports" / "perf"), tmp_path)
+    # on the runs' own failure times: one spawned replacement's outage (2.35 s in reports/perf) and the work
+    # since the newest checkpoint (K=20 steps) at most
+    assert 1 - 3.0 / 120 < row["same_arrivals"] < 1 - 2.3 / 120
+    assert row["same_difference"] == pytest.approx(row["same_arrivals"] - 0.82, abs=1e-3)
     assert row["mode"] == "checkpoint" and row["mtbf_s"] == 20.0 and row["n"] == 3
     assert row["measured"] == pytest.approx(0.82) and 0.5 < row["predicted"] < 1.0
     assert row["within_0.03"] == (abs(row["predicted"] - 0.82) <= 0.03)

@@ -16,7 +16,15 @@ launch/experiments/project.py):
 - ``overhead`` is the steady share of step time the mode costs without failures (replication,
   checkpoint copies): it is not in ETTR (the time is spent training) but in the effective
   throughput, ETTR x (1 - overhead), and so in the time to train;
-- spares: ``spares`` hot standbys; one that took a role is replaced by a spawn ``refill_s`` later.
+- spares: ``spares`` hot standbys; one that took a role is replaced by a spawn ``refill_s`` later
+  (infinite: never, a run without ``--refill-spares``).
+
+A failure that arrives during an outage starts it again (a node of the cluster failed), or, ``defer``,
+lands at its end and starts another there: psbench's injector does that with a failure aimed at the
+PS, which it can kill only once a replacement holds the role (the MTBF study's runs: a kill drawn 0.4 s
+into a 2.2 s outage landed as the replacement came up). :func:`replay_arrivals` takes a measured run's
+own failure times instead of drawing them, so a prediction and a measurement can be compared run by
+run, without the draw's noise.
 
 ETTR is psbench's (launch/analysis/ettr.py): (wall - outages - lost compute) / wall. With exponential
 failures at rate L, an outage R and no spares, the expected ETTR has a closed form (renewal reward):
@@ -139,13 +147,14 @@ class _Failures:
         return t
 
 
-def _one_run(rec: Recovery, target: Target, horizon_s: float, rng: np.random.Generator) -> tuple[float, int]:
-    """One simulated run of ``horizon_s``: (ETTR, failures)."""
-    failures = _Failures(target, rng)
+def _one_run(rec: Recovery, target: Target, horizon_s: float, next_failure,
+             defer: bool = False) -> tuple[float, int]:
+    """One simulated run of ``horizon_s`` whose failures come from ``next_failure()`` (ascending times):
+    (ETTR, failures). ``defer``: see the module docstring."""
     spares = target.spares if rec.spare_outage_s is not None else 0
     refills: list[float] = []  # when each spare that took a role is back in the pool
     t, down, lost, n = 0.0, 0.0, 0.0, 0  # t: training resumed here (after the last outage)
-    tf = failures.next()
+    tf = next_failure()
     while tf < horizon_s:
         if rec.rollback:  # checkpoints every interval since the resume: the work since the newest is lost
             done = tf - t
@@ -164,11 +173,11 @@ def _one_run(rec: Recovery, target: Target, horizon_s: float, rng: np.random.Gen
             else:
                 outage = rec.outage_s
             end = start + outage + rec.replay_s
-            tf = failures.next()
+            tf = next_failure()
             if tf >= end:
                 break
             n += 1
-            start = tf
+            start = end if defer else tf
         end = min(end, horizon_s)
         down += end - began
         t = end
@@ -176,19 +185,29 @@ def _one_run(rec: Recovery, target: Target, horizon_s: float, rng: np.random.Gen
 
 
 def project(rec: Recovery, target: Target, seed: int = 0, runs: int = RUNS,
-            min_failures: int = MIN_FAILURES, horizon_s: float | None = None) -> Projection:
+            min_failures: int = MIN_FAILURES, horizon_s: float | None = None, defer: bool = False) -> Projection:
     """ETTR of ``rec`` at ``target``: ``runs`` simulated runs, long enough for ``min_failures`` failures
     in all (62.5 mean times between failures each, at least), from ``seed``. ``horizon_s``: runs of
-    this length instead (a measured run's), as many as ``min_failures`` takes."""
+    this length instead (a measured run's), as many as ``min_failures`` takes. ``defer``: failures
+    during an outage land at its end (the module docstring)."""
     mtbf = target.mtbf_s
     if horizon_s is not None:
         horizon, runs = horizon_s, max(runs, math.ceil(1.25 * min_failures * mtbf / horizon_s))
     else:
         horizon = max(50.0, 1.25 * min_failures / runs) * mtbf
     rng = np.random.default_rng(seed)
-    results = [_one_run(rec, target, horizon, rng) for _ in range(runs)]
+    results = [_one_run(rec, target, horizon, _Failures(target, rng).next, defer) for _ in range(runs)]
     values = np.array([e for e, _ in results])
     half = float(t_quantile(runs) * values.std(ddof=1) / math.sqrt(runs)) if runs > 1 else float("nan")
     mean = float(values.mean())
     return Projection(ettr=mean, ettr_ci=half, effective=mean * (1.0 - rec.overhead),
                       failures=int(sum(n for _, n in results)), mtbf_s=mtbf, horizon_s=horizon)
+
+
+def replay_arrivals(rec: Recovery, arrivals: list[float], horizon_s: float, spares: int = 0,
+                    defer: bool = True) -> float:
+    """The ETTR the model gives a run of ``horizon_s`` whose failures came at ``arrivals`` (seconds
+    since training started, as a measured run recorded them), with ``spares`` hot spares."""
+    times = iter(sorted(arrivals))
+    return _one_run(rec, Target(gpus=1, gpus_per_node=1, spares=spares), horizon_s,
+                    lambda: next(times, math.inf), defer)[0]
