@@ -25,7 +25,7 @@ from psmodes.config import ConfigError
 
 from .records import records_json
 from ..faultkinds import OPTIONS
-from . import claims, naming, outage
+from . import claims, failure_rate, naming, outage
 from benchmarks import metrics
 
 from .collect import METRIC_BY_KEY, METRICS, ROLES, ConfigAggregate, RunRecord, collect
@@ -481,6 +481,7 @@ def render(name, src, sweep, runs, aggs, target, plots, pricing, machine, machin
         L += ["## In short", ""] + short + [""]
     if (sweep or {}).get("claims") in claims.KNOWN:
         L += claims.section(sweep["claims"], slices(aggs), md_table)
+    L += failure_rate.section(aggs, out, md_table)  # a sweep over a failure process's rate
     L += ["## Findings", "", "Generated from the numbers below; a difference is called significant when Welch's "
           "t-test gives p < 0.05.", ""]
     L += diverged_findings(aggs)
