@@ -28,13 +28,13 @@ def test_the_study_puts_each_variant_against_the_rate_and_counts_a_dead_run_over
         _run(tmp_path, "checkpoint", "10s", seed, a)
         _run(tmp_path, "checkpoint", "40s", seed, b)
         _run(tmp_path, "chain", "40s", seed, 0.99 - seed * 0.005)
-        _run(tmp_path, "chain", "10s", seed, 0.98, completed=False, train_s=12.0)  # died 12 s into 120
+        _run(tmp_path, "chain", "10s", seed, 0.98, completed=False, train_s=12.0 * (1 + seed))  # died 12 s, 24 s in
     study = Study(collect(tmp_path)[1])
     assert study.rates == [10.0, 40.0] and sorted(study.variants) == ["chain", "checkpoint"]
     ettr, goodput = study.figures("chain", 10.0)
-    assert ettr == pytest.approx([0.098, 0.098]) and goodput == pytest.approx([100.0, 100.0])  # 12 s of 120
+    assert ettr == pytest.approx([0.098, 0.196]) and goodput == pytest.approx([100.0, 200.0])  # of 120 s planned
     text = "\n".join(section(collect(tmp_path)[1], tmp_path, md_table))
-    assert "| chain      | 0.098 ± 0.000 (0/2)" in text, text
+    assert "| chain      | 0.147 ± 0.623 (0/2)" in text, text
     assert "MTBF 10 s: **checkpoint** has the highest ETTR" in text
     assert "MTBF 40 s: **chain** has the highest ETTR" in text
     assert "checkpoint leads at MTBF 10 s, chain at 40 s" in text
