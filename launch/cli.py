@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import tempfile
 import sys
 import time
 from pathlib import Path
@@ -39,7 +38,7 @@ from .driver.options import OneLineParser, add_run_options, config_from_args, op
 from .driver.runner import run_job
 from .experiments import sweep
 from .experiments.chaos import add_chaos_parser, cmd_chaos
-from .experiments.kept import ARCHIVE_SUFFIXES, KeptArchive
+from .experiments.kept import is_archive, runs_at
 from .experiments.perf import add_perf_parser, cmd_perf
 from .experiments.project import add_project_parser, cmd_project
 from .experiments.slurm import cmd_slurm
@@ -126,10 +125,9 @@ def cmd_sweep(a: argparse.Namespace, argv: list[str]) -> int:
 
 def cmd_report(a: argparse.Namespace) -> int:
     src = Path(a.dir)
-    if src.name.endswith(ARCHIVE_SUFFIXES) and src.is_file():  # a sweep's kept runs (--keep FILE.tar.xz)
+    if is_archive(src):  # a sweep's kept runs (--keep FILE.tar.xz)
         out = Path(a.out) if a.out else src.parent
-        with tempfile.TemporaryDirectory(prefix="psbench-kept-") as tmp:
-            KeptArchive(src).extract(Path(tmp))
+        with runs_at(src) as tmp:
             path = write_report(tmp, out, target=a.target, prices=a.prices, instance=a.instance, shown=src)
         print(f"report: {path}")
         return 0

@@ -14,6 +14,9 @@ import io
 import os
 import shutil
 import tarfile
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 # what the report reads of a finished run: a kept copy of these stands for the run
@@ -112,3 +115,20 @@ def kept_store(path: str | Path) -> KeptFolder | KeptArchive:
 
 def _record(final: Path) -> list[Path]:
     return [src for pattern in KEPT for src in sorted(final.glob(pattern))]
+
+
+def is_archive(path: str | Path) -> bool:
+    """Whether ``path`` is a sweep's kept archive (``--keep FILE.tar.xz``)."""
+    return Path(path).name.endswith(ARCHIVE_SUFFIXES) and Path(path).is_file()
+
+
+@contextmanager
+def runs_at(path: str | Path) -> Iterator[Path]:
+    """A folder of runs to read: ``path`` itself, or a kept archive unpacked into a temporary folder for as
+    long as the ``with`` lasts (``psbench report FILE.tar.xz``, ``psbench project --validate FILE.tar.xz``)."""
+    if not is_archive(path):
+        yield Path(path)
+        return
+    with tempfile.TemporaryDirectory(prefix="psbench-kept-") as tmp:
+        KeptArchive(Path(path)).extract(Path(tmp))
+        yield Path(tmp)

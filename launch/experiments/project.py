@@ -43,6 +43,7 @@ from psmodes.failure_process import parse_all
 from ..analysis.collect import collect
 from ..analysis.lazy import frame, pyplot
 from ..analysis.projection import PUBLISHED_GPU_MTTF_H, Recovery, Target, project, replay_arrivals, young_daly_s
+from .kept import runs_at
 
 # the measured variants projected: perf's throughput variant, its mode, and K (updates per replication
 # or checkpoint)
@@ -268,7 +269,10 @@ def cmd_project(a: argparse.Namespace) -> int:
                              "overhead": round(rec.overhead, 4), "effective": round(p.effective, 4),
                              "train_days": round(a.work_days / p.effective, 1) if p.effective > 0 else None,
                              "failures_simulated": p.failures, "notes": "; ".join(rec.notes)})
-    checked = validate(m, Path(a.validate), seed=a.seed) if a.validate else None
+    checked = early = None
+    if a.validate:
+        with runs_at(a.validate) as runs:  # a folder of runs, or a sweep's kept archive (reports/mtbf)
+            checked, early = validate(m, runs, seed=a.seed), ended_early(runs)
     if a.validate and not checked:
         raise ConfigError(f"--validate {a.validate}: no runs with --failures at the PS of a mode the "
                           "measurement has (run benchmarks/sweeps/mtbf.toml)")
@@ -276,7 +280,7 @@ def cmd_project(a: argparse.Namespace) -> int:
               "workload": w.__dict__, "target": {"gpus_per_node": a.gpus_per_node, "gpu_mttf_h": a.gpu_mttf_h,
                                                  "shape": a.shape}, "seed": a.seed, "work_days": a.work_days,
               "rows": rows, "validation": checked, "validated_from": a.validate,
-              "ended_early": ended_early(Path(a.validate)) if a.validate else None}
+              "ended_early": early}
     write_text_atomic(out / "projection.json", json.dumps(result, indent=2, default=str) + "\n")
     write_text_atomic(out / "report.md", render(result))
     _plot(rows, out / "ettr.png")
@@ -434,6 +438,6 @@ def add_project_parser(sub) -> None:
     p.add_argument("--spares", default="0,2", help="hot spares, comma-separated counts")
     p.add_argument("--work-days", type=float, default=30.0, help="failure-free days of training the job needs")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--validate", metavar="RUNS", help="also predict these measured runs (the MTBF study's: "
-                   "--failures at the PS) and show predicted against measured ETTR")
+    p.add_argument("--validate", metavar="RUNS", help="also predict these measured runs (a folder, or a sweep's kept "
+                   ".tar.xz: the MTBF study's, --failures at the PS) and show predicted against measured ETTR")
     p.add_argument("--out", default="reports/projection")
