@@ -116,6 +116,18 @@ def test_validation_sets_measured_runs_beside_their_prediction(tmp_path):
                                                    "mode": "chain", "seed": 0}))
     assert [(e["ended_early"], e["reason"]) for e in ended_early(tmp_path)] == [(1, "no copy survives")]
     (row,) = validate(measured_from(ROOT / "reports" / "perf"), tmp_path)
+    # the same runs as a sweep keeps them (reports/mtbf/finished.tar.xz), through the command
+    from launch.experiments.kept import KeptArchive
+
+    archive = KeptArchive(tmp_path / "kept" / "finished.tar.xz")
+    for run in (tmp_path / "checkpoint-s0", tmp_path / "checkpoint-s1", tmp_path / "checkpoint-s2", dead):
+        archive.add(run)
+    proc = psbench("project", "--from", "reports/perf", "--gpus", "1024", "--spares", "0", "--validate",
+                   str(archive.path), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "1 of 1 configurations are within" in report or "0 of 1 configurations are within" in report, report
+    assert "Not compared, runs that did not complete" in report and "no copy survives" in report
     # on the runs' own failure times: one spawned replacement's outage (2.35 s in reports/perf) and the work
     # since the newest checkpoint (K=20 steps) at most
     assert 1 - 3.0 / 120 < row["same_arrivals"] < 1 - 2.3 / 120
