@@ -29,8 +29,7 @@ from .async_server import staleness_lr_scale
 from .context import RespawnNow, no_repair
 from .events import Ev
 from .flatparams import digest
-from .messages import ACTION_NONE, ACTION_REFILL, DONE, FAILED, POLICY_CODES, RUNNING, Answer, Grad, Hello
-from .outage import Outage
+from .messages import ACTION_NONE, DONE, FAILED, POLICY_CODES, RUNNING, Answer, Grad, Hello
 from .suspicion import Suspicion
 from .worker import Worker
 
@@ -38,14 +37,14 @@ from .worker import Worker
 class AsyncWorker(Worker):
     def run(self) -> None:
         ctx = self.ctx
-        self.state = RUNNING
+        self.status = RUNNING
         self.samples_per_step = ctx.batch_size
         self._guarded(self._hello)
-        while self.state == RUNNING:
+        while self.status == RUNNING:
             self._guarded(self._iteration)
         self._join_repair()
-        self._end_repairs(self.version)
-        ctx.log.emit(Ev.DONE, completed=self.state == DONE, version=self.version,
+        self._end_repairs(self.state.version)
+        ctx.log.emit(Ev.DONE, completed=self.status == DONE, version=self.state.version,
                      slowest_answer_s=round(self.slowest_answer_s, 4))
 
     def _guarded(self, step) -> None:
@@ -67,11 +66,11 @@ class AsyncWorker(Worker):
             self.ctx.announce()
             self._respawn()
             return
-        if self.leader and self.ps_up and self._refill_due():
-            self.ctx.announce(ACTION_REFILL)  # a lost worker's replacement (psmodes/elastic.py)
+        if self.leader and self.state.ps_up and (refill := self._refill_due()) != ACTION_NONE:
+            self.ctx.announce(refill)  # a lost worker's replacement (psmodes/elastic.py)
             self._respawn()
             return
-        if self.ps_up:
+        if self.state.ps_up:
             self._push(self._compute())
             return
         # the PS is down
@@ -85,7 +84,7 @@ class AsyncWorker(Worker):
 
     def _push(self, compute_s: float) -> None:
         c, ctx = self.ctx.cluster, self.ctx
-        base = self.version
+        base = self.state.version
         t_send = time.time()
         try:
             # polls for a respawn announcement too: the PS may be in the spawn, not receiving
@@ -95,12 +94,11 @@ class AsyncWorker(Worker):
             tp.send(c.world, Grad(base, worker=self.index), self.grad_host.numpy(), c.ps,
                     tp.TAG_TO_PS, ctx.peer_timeout, "worker sends gradient", on_idle=ctx.idle,
                     watch=ctx.death_watch(), suspect=suspect)
-            self.pending = True
+            self.state.pending = True
             answer = self._receive_weights(ctx.peer_timeout, "worker waits for weights", suspect)
         except tp.PeerFailed as exc:
             self._ps_lost(exc, t_send)
             return
-        self.pending = False
         suspect.done()
         self.slowest_answer_s = max(self.slowest_answer_s, suspect.elapsed())
         applied = answer.applied
@@ -108,12 +106,13 @@ class AsyncWorker(Worker):
         extra = {"applied_as": answer.applied_as} if applied else {}
         if applied and ctx.cfg.lr_staleness:
             extra["lr_scale"] = staleness_lr_scale(staleness, True)
-        ctx.log.emit(Ev.STEP, version=self.version, applied=applied, staleness=staleness, base=base, **extra, samples=self.samples_per_step, compute_s=round(compute_s, 6),
+        ctx.log.emit(Ev.STEP, version=self.state.version, applied=applied, staleness=staleness, base=base, **extra,
+                     samples=self.samples_per_step, compute_s=round(compute_s, 6),
                      wait_s=round(time.time() - t_send, 6), loss=round(self.last_loss, 5))
-        if self.outage is not None:
+        if self.state.outage is not None:
             self._recovered()
         if answer.stop:
-            self.state = DONE
+            self.status = DONE
 
     def _held_by(self) -> tuple[int, ...]:
         """The route of this worker's answer (:class:`~psmodes.suspicion.Suspicion`): the PS, then the other
@@ -129,7 +128,7 @@ class AsyncWorker(Worker):
         answer, _ = tp.recv(c.world, MPI.ANY_SOURCE, tp.TAG_FROM_PS, timeout, what, Answer, on_idle=self.ctx.idle,
                             suspect=suspect)
         self._recv_weights(suspect)
-        self.version, self.t0_ms = answer.version, answer.t0_ms
+        self.state.commit(answer.version, answer.t0_ms)
         self.flat.weights.copy_(torch.from_numpy(self.weights_in))
         return answer
 
@@ -143,7 +142,7 @@ class AsyncWorker(Worker):
         handover = offer is not None
         buffered, vectors = offer if handover else (0, [])
         t_connect = time.perf_counter()
-        hello = Hello(self.version, buffered=buffered, t0_ms=self.t0_ms, policy=POLICY_CODES[cfg.replay],
+        hello = Hello(self.state.version, buffered=buffered, t0_ms=self.state.t0_ms, policy=POLICY_CODES[cfg.replay],
                       vectors=len(vectors), worker=self.index)
         # the sends only: a replacement answers once every worker's hand-over is in (async_server)
         suspect = Suspicion(ctx, c.ps, f"the PS's receipt of worker{self.index}'s hello")
@@ -152,7 +151,7 @@ class AsyncWorker(Worker):
         if handover:
             handover_s = self.mode.send_handover(self, vectors, suspect)
         suspect.done()
-        version_before = self.version
+        version_before = self.state.version
         # the answer: a replacement that waits for every hand-over is suspected only once its beacon is silent
         # too; without the wait's suspicion, a PS hung before it answered the Hellos after a respawn was waited
         # for until the peer timeout (psbench chaos over two hosts, bounded:2 chain R=2, trial-026)
@@ -162,16 +161,15 @@ class AsyncWorker(Worker):
         suspect.done()
         if handover:
             self.mode.handed_over(self, len(vectors), handover_s)
-        self.pending = False
-        self.ps_up = True
-        if self.outage is not None:
-            self.outage.lost_steps = 0 if handover else max(self.outage.lost_steps,
-                                                            self.outage.version - self.version)
+        self.state.ps_up = True
+        if self.state.outage is not None:
+            self.state.outage.lost_steps = 0 if handover else max(self.state.outage.lost_steps,
+                                                            self.state.outage.version - self.state.version)
             self._add_idle(time.perf_counter() - t_connect)
-        ctx.log.emit(Ev.CONNECTED, version=self.version, generation=c.generation, version_before=version_before)
+        ctx.log.emit(Ev.CONNECTED, version=self.state.version, generation=c.generation, version_before=version_before)
         if reply.stop:
-            self.state = DONE
-            if self.outage is not None:
+            self.status = DONE
+            if self.state.outage is not None:
                 self._recovered()  # the run ends right at the reconnection
 
     # ---- outages
@@ -183,11 +181,10 @@ class AsyncWorker(Worker):
         self.t_group_lost = self.t_group_lost or time.perf_counter()
         lost = [r.label for r in ctx.failed_roles() if r.kind == "worker"]
         ctx.log.emit(Ev.DETECT, via=f"worker{self.index}", error=str(exc), t_detect=time.time(), dead=lost,
-                     version=self.version, role=f"worker{self.index}")
-        if self.outage is None:
-            self.outage = Outage(t_start=time.time(), t_detect=time.time(), version=self.version)
-        self.pending = False
-        self.ready_req = None  # posted on the world the shrink replaces; the Hello below carries any hand-over
+                     version=self.state.version, role=f"worker{self.index}")
+        self.state.begin_outage(time.time())
+        self.state.pending = False
+        self.state.ready_req = None  # posted on the world the shrink replaces; the Hello below carries any hand-over
         t = time.perf_counter()
         dead = ctx.after_failure(exc, via=f"worker{self.index}")
         self._add_idle(time.perf_counter() - t)
@@ -196,9 +193,9 @@ class AsyncWorker(Worker):
                           time.time(), shrunk=True)
             return
         if ctx.cluster.ps is None:  # the PS was down already: its respawn is announced again when due
-            self.repair_due = self.repair_due or time.monotonic() + ctx.cfg.restart_delay_s
+            self.state.repair_due = self.state.repair_due or time.monotonic() + ctx.cfg.restart_delay_s
             return
-        if self.leader and self.repair_due is None and not ctx.refill_expected():
+        if self.leader and self.state.repair_due is None and not ctx.refill_expected():
             ctx.announce(ACTION_NONE)  # nothing to spawn: complete the survivors' wait for the announcement
         self._hello()
 
@@ -210,26 +207,25 @@ class AsyncWorker(Worker):
             self._workers_lost(exc)
             return
         ctx.log.emit(Ev.DETECT, via=f"worker{self.index}", error=str(exc), t_detect=time.time(),
-                     version=self.version, digest=digest(self.weights_in), role=f"worker{self.index}")
+                     version=self.state.version, digest=digest(self.weights_in), role=f"worker{self.index}")
         if cfg.dies_with_ps:
             ctx.log.emit(Ev.FAILED, reason=f"PS died ({exc}); {no_repair(cfg)}")
-            self.state = FAILED
+            self.status = FAILED
             return
-        self.ps_up = False
-        self.ready_req = None
-        if self.outage is None:
-            self.outage = Outage(t_start=t_send, t_detect=time.time(), version=self.version)
+        self.state.ps_up = False
+        self.state.ready_req = None
+        self.state.begin_outage(t_send)
         self._add_idle(time.time() - t_send)
-        self.repair_due = time.monotonic() + cfg.restart_delay_s
+        self.state.repair_due = time.monotonic() + cfg.restart_delay_s
         self.mode.on_ps_lost(self)  # stateless: the gradient the dead PS never answered is kept
         if self.mode.trains_through_outage:
-            if self.local_opt is not None:  # its own copy moved on
+            if self.state.local_opt is not None:  # its own copy moved on
                 self.flat.weights.copy_(torch.from_numpy(self.weights_in))
             self._join_repair()
             if not shrunk:
                 self._in_background(lambda: ctx.after_failure(exc, via=f"worker{self.index}"), "shrink")
             return
-        self.pending = False  # not re-sent; see the module docstring
+        self.state.pending = False  # not re-sent; see the module docstring
         if not shrunk:
             t = time.perf_counter()
             ctx.after_failure(exc, via=f"worker{self.index}")
@@ -242,25 +238,26 @@ class AsyncWorker(Worker):
             self.flat.weights.copy_(torch.from_numpy(self.weights_in))
 
     def _respawn_due(self) -> bool:
-        if self.repair_due is None or time.monotonic() < self.repair_due:
+        if self.state.repair_due is None or time.monotonic() < self.state.repair_due:
             return False
         if self.repair_running():
             return False  # the shrink is still running on its thread
         self._join_repair()
-        self.repair_due = None
+        self.state.repair_due = None
         return True
 
-    def _refill_due(self) -> bool:
-        """The leader: a lost worker's replacement is due (Context.refill_due), with no repair of the PS under
-        way."""
-        return self.repair_due is None and self.repair_call is None and self.ctx.refill_due()
+    def _refill_due(self) -> int:
+        """The leader: the refill due now (Context.refill_due), with no repair of the PS under way."""
+        if self.state.repair_due is None and self.state.repair_call is None:
+            return self.ctx.refill_due()
+        return ACTION_NONE
 
     def _respawn(self) -> None:
         """Everyone joins the collective spawn of the missing roles."""
         ctx = self.ctx
         self._join_repair()
-        self.repair_due = None
-        if self.mode.trains_through_outage and not self.ps_up:
+        self.state.repair_due = None
+        if self.mode.trains_through_outage and not self.state.ps_up:
             self._in_background(ctx.respawn, "respawn")  # and keep training; READY follows
             return
         t = time.perf_counter()
@@ -270,16 +267,16 @@ class AsyncWorker(Worker):
 
     def _advance_repair(self) -> None:
         """Between outage iterations: finish repair steps, notice announcements and READY."""
-        if self.repair_call is not None:
+        if self.state.repair_call is not None:
             if self.repair_running():
                 return
-            kind = self.repair_kind
+            kind = self.state.repair_kind
             self._join_repair()
             if kind == "respawn":
                 self._reconnect_ready()
-        if self.ready_req is not None:
-            if tp.test(self.ready_req, "wait for the replacement PS"):
-                self.ready_req = None
+        if self.state.ready_req is not None:
+            if tp.test(self.state.ready_req, "wait for the replacement PS"):
+                self.state.ready_req = None
                 self._hello()
             return
         if not self.leader:

@@ -28,7 +28,7 @@ from .divergence import Divergence
 from .errors import RunFailed
 from .events import Ev, EventLog
 from .flatparams import FlatParams
-from .messages import ACTION_NONE, ACTION_REFILL, ACTION_SPAWN, HEADER_LEN, Announce
+from .messages import ACTION_FILL, ACTION_NONE, ACTION_REFILL, ACTION_SPAWN, HEADER_LEN, Announce
 from .optim import default_lr
 from .pidfiles import live_hosts_with_room, spawned_dead
 from .suspicion import COLD_START_S, suspect_the_silent
@@ -56,6 +56,23 @@ def no_repair(cfg: RunConfig) -> str:
     return "mode none has no recovery"
 
 
+def refill_action(roles: list, missing: list, now: float, refill_after: float, replace_after: float) -> int:
+    """The refill due at ``now`` (monotonic) for the world's ``roles`` and the refill's ``missing`` roles.
+
+    A lost worker is replaced ``--restart-delay`` after the loss (``replace_after``), by a spare or a spawn,
+    as a dead PS is. A refill that spawns (a new world) also waits REFILL_SETTLE_S after the last repair
+    (``refill_after``); one that spares fill in place makes no new world and does not wait for it. While the
+    spawn waits, the spares take the lost workers' places already (ACTION_FILL): with --refill-spares every
+    refill that a spare fills also spawns its successor, so before, the spare waited the 2 s too (its target
+    in psbench perf: contributing within 1 s of the loss)."""
+    if now < replace_after:
+        return ACTION_NONE
+    _, taken, to_spawn = fill_from_spares(roles, missing)
+    if not to_spawn or now >= refill_after:
+        return ACTION_REFILL
+    return ACTION_FILL if any(r.kind == "worker" for r in taken) else ACTION_NONE
+
+
 class RespawnNow(Exception):
     """The leader announced a respawn; the receiver must join it."""
 
@@ -73,7 +90,7 @@ class Context:
         self._action_buf = np.zeros(HEADER_LEN, dtype=np.int64)  # an Announce, broadcast by the leader
         self._action_req: MPI.Request | None = None
         self._deaths = transport.DeathWatch()
-        self.refilling = False  # the announcement that came was ACTION_REFILL (read by respawn)
+        self.announced = ACTION_NONE  # the respawn the last announcement called for (read by respawn)
         self.refill_after = 0.0  # no refill that spawns before this (monotonic): REFILL_SETTLE_S after a repair
         self.replace_after = 0.0  # no lost worker's replacement before this: --restart-delay after the loss
         self.divergence = Divergence(self)  # a non-finite value, recorded once (psmodes/divergence.py)
@@ -158,6 +175,11 @@ class Context:
                 timer.cancel()
         self.log.emit(Ev.DETECT, via=via, error=str(exc), t_detect=t_detect,
                       dead=[r.label for r in dead], role=self.cluster.me.label, rank=self.cluster.rank)
+        # a shrink is a repair: no refill's new world within REFILL_SETTLE_S of it. Before, only a respawn and the
+        # leader's recovery set that, so after a worker's death alone (a shrink, then the regroup) the refill spawned
+        # one step later (found by tests/test_failures.py's two workers killed together: the first try ended in
+        # "NBC_Progress: an error 75" on every survivor)
+        self.settle_refill()
         # a worker that died in the shrink itself (known to nobody before it)
         lost = [r for r in dead if r.kind == "worker"]
         if (reason := elastic.why_the_run_ends(self.cfg, lost, self.workers_left, self.cluster.ps is not None)):
@@ -185,9 +207,8 @@ class Context:
 
     def _took_announcement(self) -> bool:
         """Whether the completed announcement calls everyone into :meth:`respawn`."""
-        action = self._announcement()
-        self.refilling = action == ACTION_REFILL
-        return action in (ACTION_SPAWN, ACTION_REFILL)
+        self.announced = self._announcement()
+        return self.announced in (ACTION_SPAWN, ACTION_REFILL, ACTION_FILL)
 
     def refill_expected(self) -> bool:
         """--refill-spares with spares used up, or a lost worker to replace (psmodes/elastic.py): the
@@ -203,15 +224,13 @@ class Context:
         full = initial_layout(self.cfg) if refill and self.cfg.refill_spares else full_layout(self.cfg)
         return self.cluster.missing(full, self.cfg.workers if refill and elastic.replaces(self.cfg) else 0)
 
-    def refill_due(self) -> bool:
-        """The leader, with training running: whether to announce the refill now. A lost worker's
-        replacement waits ``--restart-delay`` after the loss (``replace_after``), as a PS's respawn does;
-        a refill that spawns (a new world) waits REFILL_SETTLE_S after the last repair too
-        (``refill_after``). One that spares fill in place makes no new world and does not wait for it."""
-        now = time.monotonic()
-        if now < self.replace_after or not self.refill_expected():
-            return False
-        return now >= self.refill_after or not fill_from_spares(self.cluster.roles, self._missing(True))[2]
+    def refill_due(self) -> int:
+        """The leader, with training running: the refill to announce now (ACTION_NONE: none yet;
+        :func:`refill_action`)."""
+        if not self.refill_expected():
+            return ACTION_NONE
+        return refill_action(self.cluster.roles, self._missing(True), time.monotonic(), self.refill_after,
+                             self.replace_after)
 
     def settle_refill(self) -> None:
         """No refill that spawns before REFILL_SETTLE_S from now (after a repair or the leader's recovery)."""
@@ -275,7 +294,7 @@ class Context:
         """Leader only: tell every survivor to join :meth:`respawn` now (or, with
         ACTION_NONE at the end of a run, that no repair will come)."""
         self._action_buf[:] = Announce(action).to_header()
-        self.refilling = action == ACTION_REFILL
+        self.announced = action
         req = self.cluster.world.Ibcast(self._action_buf, root=self.cluster.leader)
         transport.wait(req, self.peer_timeout, "announce respawn")
 
@@ -298,11 +317,12 @@ class Context:
             time.sleep(0.005)
         raise transport.PeerTimeout(f"no repair announced within {timeout:.0f} s")
 
-    def respawn(self, refill: bool | None = None) -> float:
+    def respawn(self, action: int | None = None) -> float:
         """Every survivor: fill the missing roles (collective), after the leader's announcement:
         from the spares first, by a spawn for the rest (:meth:`psmodes.cluster.Cluster.respawn`).
-        ``refill`` (by default: the announcement said so): spawn the spares used up too
-        (``--refill-spares``, when no role is missing).
+        ``action`` (by default: what the announcement said): ACTION_SPAWN, the roles missing but workers;
+        ACTION_REFILL, the spares used up too (``--refill-spares``) and the lost workers' replacements;
+        ACTION_FILL, only those of the refill's roles the spares take (no spawn: :meth:`refill_due`).
 
         A death during the spawn (a kill that lands while the replacement is
         starting: MPI_Comm_spawn fails with ERR_PROC_FAILED, or making the new
@@ -324,10 +344,13 @@ class Context:
         leaves no copy of the PS state (chain: head and all replicas) or kills a
         worker ends the run, with the same one-line reason as a death outside
         the spawn."""
-        refill, self.refilling = (self.refilling if refill is None else refill), False
+        action, self.announced = (self.announced if action is None else action), ACTION_NONE
+        refill = action in (ACTION_REFILL, ACTION_FILL)
         t0 = time.monotonic()
         for attempt in range(1, SPAWN_TRIES + 1):
             missing = self._missing(refill)
+            if action == ACTION_FILL:
+                missing = fill_from_spares(self.cluster.roles, missing)[1]
             root = self.cluster.me.kind == "ps" and bool(missing)  # the spawn's root
             dead_spawned: list[dict] = []  # replacements of this attempt that died before joining
             try:
@@ -356,7 +379,7 @@ class Context:
             self.cold_until = time.monotonic() + COLD_START_S
         self.log.emit(Ev.RESPAWNED, spawned=[r.label for r in spawned_roles], from_spares=[r.label for r in taken],
                       seconds=seconds, attempts=attempt, role=self.cluster.me.label, rank=self.cluster.rank,
-                      generation=self.cluster.generation, refill=refill)
+                      generation=self.cluster.generation, refill=refill, in_place_only=action == ACTION_FILL)
         self.settle_refill()  # also after a repair the PS survived
         if self.refill_expected():
             self._post_action()

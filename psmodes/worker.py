@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -49,13 +48,16 @@ from .suspicion import GroupSuspicion, Suspicion
 from .events import Ev
 from .flatparams import FlatParams, digest
 from .messages import (
+    ACT_FILL,
     ACT_NONE,
     ACT_REFILL,
     ACT_REGROUP,
     ACT_SHRINK,
     ACT_SPAWN,
+    ACTION_FILL,
     ACTION_NONE,
     ACTION_REFILL,
+    ANNOUNCED,
     APPLY,
     DONE,
     FAILED,
@@ -73,18 +75,8 @@ from .messages import (
     Hello,
     ProtocolError,
 )
-from .outage import Outage
-from .replay import UpdateBuffer
-from .optim import FlatOptimizer, sgd_step_
-
-
-@dataclass
-class InFlight:
-    """The leader's gradient on its way to the PS, not answered yet (pipelined exchange)."""
-    version: int         # the weights it was computed on
-    reqs: list           # its header's and payload's sends
-    suspect: Suspicion   # the wait for its answer is watched from the send on
-    error: tp.PeerFailed | None = None  # its post failed after the header had promised it (Worker._post)
+from .optim import sgd_step_
+from .worker_state import InFlight, WorkerState
 
 
 class Worker:
@@ -150,12 +142,8 @@ class Worker:
         self.slot = 0
         if self.grad_slots is not None:
             self._use_slot(0)
-        # the gradient last sent to the PS, kept until it is answered (a Hello re-sends it)
-        self.sent_grad = self.grad_host
-        self.in_flight: InFlight | None = None
-        self.held: int | None = None  # pipelined: the version the gradient every worker holds was computed on
-        self.held_valid = True        # ... and that gradient is the group's average (no regroup voided it)
-        self.reuse = False            # the next step sends that gradient instead of computing one
+        # what the worker keeps across failures (psmodes/worker_state.py)
+        self.state = WorkerState(sent_grad=self.grad_host)
         self.ctrl = Control()  # the leader's word for the next step (the leader writes it, the others receive it)
         self.ctrl_buf = np.zeros(HEADER_LEN, dtype=np.int64)
         # pipelined, the leader: the header sent before the allreduce completed (_header_early), and the
@@ -164,18 +152,6 @@ class Worker:
         self.early_answer: Answer | tp.PeerFailed | None = None
         self.early_headers = 0  # how many went early (the DONE event)
         self.reply_weights = RECEIVE
-        # leader state
-        self.version = -1
-        self.t0_ms = 0
-        self.ps_up = False
-        self.pending = False
-        self.repair_due: float | None = None
-        self.buffer: UpdateBuffer | None = None
-        self.local_opt: FlatOptimizer | None = None
-        self.outage: Outage | None = None
-        self.ready_req: MPI.Request | None = None
-        self.repair_call: Background | None = None  # a repair step running on a helper thread (stateless)
-        self.repair_kind = ""
         self.ready_buf = np.zeros(HEADER_LEN, dtype=np.int64)
         self.samples_per_step = ctx.batch_size * cfg.workers
         # elastic workers (psmodes/elastic.py): a death in the workers' group (its own watch: a PS's death is
@@ -218,12 +194,8 @@ class Worker:
         backward would overwrite the gradient the PS may still be receiving); no mailbox: a mapping the PS made
         was the dead leader's."""
         self.led = True
-        self.version, self.t0_ms = self.ctrl.version, self.ctrl.t0_ms
-        self.pending, self.in_flight, self.held = False, None, None
-        # the PS down too (psmodes/elastic.py: a mode that waits out the outage): its repair is this leader's
-        # now, the restart delay afresh (the dead leader's schedule died with it), announced in _lead
-        self.ps_up = self.ctx.cluster.ps is not None
-        self.repair_due = None if self.ps_up else time.monotonic() + self.ctx.cfg.restart_delay_s
+        # the PS down too: its repair, announced in _lead
+        self.state.restore(self.ctrl, self.ctx.cluster.ps is not None, self.ctx.cfg.restart_delay_s)
         if self.pipelined and self.grad_slots is None:
             self.grad_slots = [self._host_buffer(), self._host_buffer()]
             self._use_slot(0)
@@ -240,7 +212,7 @@ class Worker:
 
     def _compute(self) -> float:
         t0 = time.perf_counter()
-        if self.grad_slots is not None and self.grad_host is self.sent_grad:
+        if self.grad_slots is not None and self.grad_host is self.state.sent_grad:
             # the PS may be reading the last gradient, or a Hello may re-send it: this one goes into
             # the other slot, whose gradient was answered before the last one was posted
             self._use_slot(1 - self.slot)
@@ -319,15 +291,14 @@ class Worker:
             self._headers_sent_to_survivors(self.early_sent[1])
             self.early_sent = None
         self.early_answer = None  # an Answer: nothing in flight; a PeerFailed: _lost_in_flight has run
-        if self.pipelined and self.in_flight is not None:  # unanswered: the PS may be in the world's shrink
-            self._lost_in_flight(self.in_flight.version, worker_died=True)
-        self.held_valid = False  # this step's allreduce failed somewhere: no worker's gradient is the group's
-        self.in_flight = None  # pending now if its send completed (the Hello re-sends it)
+        if self.pipelined and self.state.in_flight is not None:  # unanswered: the PS may be in the world's shrink
+            self._lost_in_flight(self.state.in_flight.version, worker_died=True)
+        self.state.held_valid = False  # this step's allreduce failed somewhere: no worker's gradient is the group's
+        self.state.in_flight = None  # pending now if its send completed (the Hello re-sends it)
         lost = [r.label for r in self.ctx.failed_roles() if r.kind == "worker"]
         self.ctx.log.emit(Ev.DETECT, via="leader", error=str(exc), t_detect=time.time(), dead=lost,
-                          version=self.version, role="worker0")
-        if self.outage is None:  # the group's outage, to the first update after the regroup (RECOVERED)
-            self.outage = Outage(t_start=time.time(), t_detect=time.time(), version=self.version)
+                          version=self.state.version, role="worker0")
+        self.state.begin_outage(time.time())  # the group's, to the first update after the regroup (RECOVERED)
         self._set_ctrl(KEEP, action=ACT_REGROUP)
 
     def _workers_in_world(self) -> list[int]:
@@ -478,12 +449,11 @@ class Worker:
         self._regroup()
         if not self.leader:
             return
-        if self.outage is None:  # the group's outage, to the first update after the takeover (RECOVERED)
-            self.outage = Outage(t_start=time.time(), t_detect=time.time(), version=self.version)
-        if not self.ps_up:  # the PS is down too: the respawn is announced in _lead once the delay has passed
+        self.state.begin_outage(time.time())  # the group's, to the first update after the takeover (RECOVERED)
+        if not self.state.ps_up:  # the PS is down too: the respawn is announced in _lead once the delay has passed
             self._set_ctrl(False)
             return
-        if self.repair_due is None and not ctx.refill_expected():
+        if self.state.repair_due is None and not ctx.refill_expected():
             ctx.announce(ACTION_NONE)  # nothing to spawn: complete the survivors' wait for the announcement
         self._connect_and_steer(pending=False)
 
@@ -521,7 +491,7 @@ class Worker:
         # waited until it suspected it)
         while self.ctrl.stop == RUNNING:
             t_iter = time.perf_counter()
-            idle_before = self.outage.idle_s if self.outage is not None else 0.0
+            idle_before = self.state.outage.idle_s if self.state.outage is not None else 0.0
             if self.ctrl.reuse:  # the gradient every worker holds was computed on the PS's weights now
                 computed, compute_s = True, 0.0
             else:
@@ -536,8 +506,8 @@ class Worker:
             self.ctrl_waits.append(time.perf_counter() - t_ctrl)
             self._follow_actions()
             self._take_weights()
-            if not computed and self.outage is not None:  # an iteration that only waited for the repair
-                counted = self.outage.idle_s - idle_before  # repair steps counted above
+            if not computed and self.state.outage is not None:  # an iteration that only waited for the repair
+                counted = self.state.outage.idle_s - idle_before  # repair steps counted above
                 self._add_idle(max(0.0, time.perf_counter() - t_iter - counted))
             compute = self.ctrl.compute
             if self.ctrl.stop != RUNNING:
@@ -560,17 +530,17 @@ class Worker:
             t_action = time.perf_counter()
             self._join_repair()
             # a refill and a regroup: the PS is up
-            background = self.mode.trains_through_outage and action not in (ACT_REFILL, ACT_REGROUP)
+            background = self.mode.trains_through_outage and action not in (ACT_REFILL, ACT_FILL, ACT_REGROUP)
             if action == ACT_REGROUP and not self._group_changed():
                 # the world still holds the dead worker (a PS's repair may have dropped it already)
                 dead = ctx.after_failure(tp.PeerFailed("the leader reported a worker dead", MPI.ERR_PROC_FAILED),
                                          via="worker")
-                if self.leader and self.ps_up and any(r.kind == "ps" for r in dead):
+                if self.leader and self.state.ps_up and any(r.kind == "ps" for r in dead):
                     # the PS died too, found by the shrink (seen in psbench chaos: a hung PS fenced while the
                     # survivors shrank a dead worker; the leader then sent a gradient to no PS)
                     self._ps_lost(tp.PeerFailed("the PS died in the workers' repair", MPI.ERR_PROC_FAILED),
                                   time.time(), 0.0, shrunk=True)
-                if self.leader and self.repair_due is None and not ctx.refill_expected():
+                if self.leader and self.state.repair_due is None and not ctx.refill_expected():
                     # nothing to spawn: complete the survivors' wait for the announcement, a collective
                     # that would otherwise stand before the final barrier (seen: it waited out its 30 s)
                     ctx.announce(ACTION_NONE)
@@ -578,8 +548,8 @@ class Worker:
                 shrink = lambda: ctx.after_failure(  # noqa: E731
                     tp.PeerFailed("leader reported the PS dead", MPI.ERR_PROC_FAILED), via="worker")
                 self._in_background(shrink, "shrink") if background else shrink()
-            elif action in (ACT_SPAWN, ACT_REFILL):
-                self._in_background(ctx.respawn, "respawn") if background else ctx.respawn(action == ACT_REFILL)
+            elif action in (ACT_SPAWN, ACT_REFILL, ACT_FILL):
+                self._in_background(ctx.respawn, "respawn") if background else ctx.respawn(ANNOUNCED[action])
             if not background and self._group_changed():  # a worker died (alone, or in the PS's repair)
                 self._regroup()
             # counted now: a reconnection that ends the run reports the outage's idle time at once
@@ -599,7 +569,7 @@ class Worker:
         announced, complete the survivors' pending wait for the announcement; then retire the spares."""
         if not self.leader:
             return
-        if self.repair_due is not None or self.ctx.refill_expected():
+        if self.state.repair_due is not None or self.ctx.refill_expected():
             self.ctx.announce(ACTION_NONE)
         retire_spares(self.ctx, version)
 
@@ -615,13 +585,13 @@ class Worker:
 
     # ---- leader only
     def _set_ctrl(self, new_weights: int, stop: int = RUNNING, action: int = ACT_NONE) -> None:
-        self.ctrl = self._control(new_weights, self.version, stop, action)
-        self.reuse = False
+        self.ctrl = self._control(new_weights, self.state.version, stop, action)
+        self.state.reuse = False
 
     def _control(self, new_weights: int, version: int, stop: int = RUNNING, action: int = ACT_NONE) -> Control:
-        compute = self.ps_up or self.mode.trains_through_outage
+        compute = self.state.ps_up or self.mode.trains_through_outage
         return Control(weights=int(new_weights), version=version, stop=stop, action=action, compute=compute,
-                       t0_ms=self.t0_ms, reuse=self.reuse)
+                       t0_ms=self.state.t0_ms, reuse=self.state.reuse)
 
     def _header_early(self) -> None:
         """Pipelined, the leader's backward done and the allreduce not yet: when the PS has answered the
@@ -631,7 +601,7 @@ class Worker:
         it (worker1 waited 0.45 ms of a 12.2 ms fmnist-cnn step for the header, issue #18). The leader
         commits here to this step's gradient as the pipelined post does: were its post to fail, the
         gradient counts as in flight and lost (_post), and the reconciliation applies it once."""
-        if not self.ps_up or self.in_flight is None or self.reuse or self._due_action() != ACT_NONE:
+        if not self.state.ps_up or self.state.in_flight is None or self.state.reuse or self._due_action() != ACT_NONE:
             return
         try:
             if not self.ctx.cluster.world.Iprobe(MPI.ANY_SOURCE, tp.TAG_FROM_PS):
@@ -644,7 +614,7 @@ class Worker:
             self.early_answer = exc
             return
         if not answer.stop:
-            ctrl = self._control(APPLY, self.version + 1)
+            ctrl = self._control(APPLY, self.state.version + 1)
             self.early_sent = ctrl, self._send_ctrl(ctrl)
             self.early_headers += 1
 
@@ -654,7 +624,7 @@ class Worker:
         if self.group_broken is not None:
             self._workers_lost(self.group_broken)
             return
-        if self.ps_up:
+        if self.state.ps_up:
             t_send = now
             # decided before the exchange: a repair (a respawn, a refill) reconnects with a Hello, which
             # must find nothing in flight, so a pipelined step that announces one waits for its answer
@@ -671,10 +641,10 @@ class Worker:
                 else:
                     self._ps_lost(exc, t_send, compute_s)
                 return
-            log.emit(Ev.STEP, version=self.version, applied=True, staleness=0, samples=self.samples_per_step,
+            log.emit(Ev.STEP, version=self.state.version, applied=True, staleness=0, samples=self.samples_per_step,
                      compute_s=round(compute_s, 6), allreduce_s=round(self.allreducer.last_s, 6),
                      exchange_s=round(time.time() - t_send, 6), loss=round(self.last_loss, 5))
-            if self.outage is not None and answered:  # a PS applied an update since the failure
+            if self.state.outage is not None and answered:  # a PS applied an update since the failure
                 self._recovered()
             # no repair announced in the step that ends the run: the PS has left its loop and would never join
             # the spawn (seen: a run that ended 0.6 s after a chain promotion, its spawn waited 30 s for the PS);
@@ -688,20 +658,20 @@ class Worker:
             new_weights = self.mode.outage_step(self, compute_s)
         else:
             time.sleep(0.01)  # nothing to do but wait for the repair
-        if self.repair_call is not None and not self.repair_running():
-            kind = self.repair_kind
+        if self.state.repair_call is not None and not self.repair_running():
+            kind = self.state.repair_kind
             self._join_repair()
             if kind == "respawn":
                 self._reconnect_ready()
-        if self.ready_req is not None:
+        if self.state.ready_req is not None:
             try:
-                ready = tp.test(self.ready_req, "wait for the replacement PS")
+                ready = tp.test(self.state.ready_req, "wait for the replacement PS")
             except tp.PeerFailed as exc:  # the replacement died before it was ready
-                self.ready_req = None
+                self.state.ready_req = None
                 self._ps_lost(exc, time.time(), 0.0)
                 return
             if ready:
-                self.ready_req = None
+                self.state.ready_req = None
                 t_connect = time.perf_counter()
                 try:
                     self._connect_and_steer(pending=False)
@@ -718,21 +688,19 @@ class Worker:
         """The repair step due now, not announced yet: once the restart delay has passed, the respawn
         of the missing roles; --refill-spares, once training runs again (the PS up, no repair under
         way), the spawn of the spares that took roles."""
-        if self.repair_call is not None:  # the shrink is still running on its thread
+        if self.state.repair_call is not None:  # the shrink is still running on its thread
             return ACT_NONE
-        if self.repair_due is not None:
-            return ACT_SPAWN if time.monotonic() >= self.repair_due else ACT_NONE
-        if self.ctx.refill_due():
-            return ACT_REFILL
-        return ACT_NONE
+        if self.state.repair_due is not None:
+            return ACT_SPAWN if time.monotonic() >= self.state.repair_due else ACT_NONE
+        return {ACTION_REFILL: ACT_REFILL, ACTION_FILL: ACT_FILL}.get(self.ctx.refill_due(), ACT_NONE)
 
     def _announce(self, action: int) -> int:
         """Announce the repair step ``action`` (from :meth:`_due_action`) to every survivor."""
         if action == ACT_SPAWN:
-            self.repair_due = None
+            self.state.repair_due = None
             self.ctx.announce()
-        elif action == ACT_REFILL:
-            self.ctx.announce(ACTION_REFILL)
+        elif action in (ACT_REFILL, ACT_FILL):
+            self.ctx.announce(ANNOUNCED[action])
         return action
 
     def _exchange(self) -> bool:
@@ -740,18 +708,16 @@ class Worker:
         self._post()
         # the watch: a PS that went into the repair after a death elsewhere (a chain replica) never
         # takes this gradient; the leader must notice that death too instead of waiting out the timeout
-        tp.wait(self.in_flight.reqs, self.ctx.peer_timeout, "leader sends gradient", watch=self.ctx.death_watch(),
-                suspect=self.in_flight.suspect)
-        self.pending = True  # the PS may have it: a Hello re-sends it
-        answer = self._await_answer()
-        self.version = answer.version
-        return answer.stop
+        tp.wait(self.state.in_flight.reqs, self.ctx.peer_timeout, "leader sends gradient", watch=self.ctx.death_watch(),
+                suspect=self.state.in_flight.suspect)
+        self.state.pending = True  # the PS may have it: a Hello re-sends it
+        return self._await_answer().stop
 
     def _exchange_pipelined(self, drain: bool = False) -> tuple[bool, bool]:
         """Pipelined: the answer to the gradient in flight, then this step's gradient sent without
         waiting (``drain``: and its answer waited for too); (whether the run stops, whether an answer came)."""
         answered = False
-        if self.in_flight is not None or self.early_answer is not None:
+        if self.state.in_flight is not None or self.early_answer is not None:
             answered = True
             answer, self.early_answer = self.early_answer, None
             if answer is None:
@@ -762,15 +728,15 @@ class Worker:
                 self.reply_weights = KEEP
                 return True, answered
         self._post()
-        self.pending = True  # from the post on: the workers apply it before its answer
-        self.version += 1    # as every worker does now (_take_weights), bit for bit as the PS
+        self.state.pending = True  # from the post on: the workers apply it before its answer
+        self.state.version += 1    # as every worker does now (_take_weights), bit for bit as the PS
         self.reply_weights = APPLY
         if drain:
             return self._pipelined_answer().stop, True  # stop or not, the workers apply it: the PS did
         return False, answered
 
     def _pipelined_answer(self) -> Answer:
-        computed_on = self.in_flight.version
+        computed_on = self.state.in_flight.version
         try:
             answer = self._await_answer()
         except tp.PeerFailed:
@@ -784,13 +750,13 @@ class Worker:
     def _post(self) -> None:
         """Send this step's gradient to the PS without waiting (its sends are in ``in_flight``)."""
         c, ctx = self.ctx.cluster, self.ctx
-        self.sent_grad = self.grad_host
+        self.state.sent_grad = self.grad_host
         # a PS that answers in milliseconds and has not for --suspect-after is hung: fenced (psmodes.suspicion)
         suspect = Suspicion(ctx, c.ps, "the PS's answer to the leader")
         error = None
         try:
-            payload = None if self.ps_reads_mailbox else self.sent_grad.numpy()
-            grad = Grad(self.version, mailbox_slot=self.slot if self.ps_reads_mailbox else -1)
+            payload = None if self.ps_reads_mailbox else self.state.sent_grad.numpy()
+            grad = Grad(self.state.version, mailbox_slot=self.slot if self.ps_reads_mailbox else -1)
             reqs = tp.isend(c.world, grad, payload, c.ps, tp.TAG_TO_PS)
         except MPI.Exception as exc:
             error = tp.classify(exc, "leader sends gradient")
@@ -799,11 +765,11 @@ class Worker:
             # the header sent early told every worker to apply this gradient: it is in flight and lost,
             # as if the PS had died right after the post (the wait for its answer raises this)
             reqs = []
-        self.in_flight = InFlight(self.version, reqs, suspect, error)
+        self.state.in_flight = InFlight(self.state.version, reqs, suspect, error)
 
     def _await_answer(self) -> Answer:
         """The PS's answer to the gradient in flight (its sends completed first)."""
-        c, ctx, sent = self.ctx.cluster, self.ctx, self.in_flight
+        c, ctx, sent = self.ctx.cluster, self.ctx, self.state.in_flight
         if sent.error is not None:
             raise sent.error
         tp.wait(sent.reqs, ctx.peer_timeout, "leader sends gradient", watch=ctx.death_watch(), suspect=sent.suspect)
@@ -814,28 +780,27 @@ class Worker:
             self.reply_weights = RECEIVE
         else:  # the PS only acknowledged: every worker applies the same update to its copy (_take_weights)
             self.reply_weights = APPLY
-        self.in_flight = None
-        self.pending = False
         sent.suspect.done()
         self.slowest_answer_s = max(self.slowest_answer_s, sent.suspect.elapsed())  # what --suspect-after must exceed
-        self.mode.after_answer(self, sent.version, answer, self.sent_grad)
-        self.t0_ms = answer.t0_ms
+        self.mode.after_answer(self, sent.version, answer, self.state.sent_grad)
+        # blocking: the answer's version; pipelined: the workers' already (the post counted the gradient)
+        self.state.commit(self.state.version if self.pipelined else answer.version, answer.t0_ms)
         return answer
 
     def _lost_in_flight(self, computed_on: int, worker_died: bool = False) -> None:
         """Pipelined: the PS died with the gradient computed on ``computed_on`` unanswered, or (``worker_died``)
         a worker died and the PS went into the world's repair with it. Every worker applied it as the PS
         would (they hold version computed_on + 1) and computed this step's gradient on the result."""
-        self.in_flight = None
-        self.pending = True
+        self.state.in_flight = None
+        self.state.pending = True
         if self.mode.trains_through_outage and not worker_died:
             # the replacement starts from the workers' weights (a hand-over), which contain the gradient
             # in flight; this step's gradient is the outage's first (Mode.on_ps_lost keeps grad_host)
             return
         # the Hello re-sends it (sent_grad) for the new PS to reconcile from the version it was computed on;
         # this step's gradient waits for a PS that holds the weights it was computed on (held)
-        self.version = computed_on
-        self.held = computed_on + 1
+        self.state.version = computed_on
+        self.state.held = computed_on + 1
 
     def _recv_weights(self, suspect=None) -> None:
         c = self.ctx.cluster
@@ -852,48 +817,47 @@ class Worker:
         """The leader: the PS died. Every survivor shrinks it (``shrunk``: they have already, in the repair of
         a worker's death), and its replacement is due after the restart delay."""
         cfg, log = self.ctx.cfg, self.ctx.log
-        held = self.version if self.held is None else self.held  # pipelined: the workers applied one more
+        st = self.state
+        held = st.version if st.held is None else st.held  # pipelined: the workers applied one more
         log.emit(Ev.DETECT, via="leader", error=str(exc), t_detect=time.time(), version=held,
                  digest=digest(self.weights_in), role="worker0")
         if cfg.dies_with_ps:
             log.emit(Ev.FAILED, reason=f"PS died ({exc}); {no_repair(cfg)}")
             self._set_ctrl(False, stop=FAILED)
             return
-        self.ps_up = False
-        self.in_flight = None  # what was in flight is pending now (or, stateless, part of the workers' weights)
-        if self.outage is None:
-            # the exchange began right after this step's compute; idle time starts there
-            self.outage = Outage(t_start=t_send, t_detect=time.time(), version=held)
+        st.ps_up = False
+        st.in_flight = None  # what was in flight is pending now (or, stateless, part of the workers' weights)
+        st.begin_outage(t_send, held)  # the exchange began right after this step's compute; idle time starts there
         self._add_idle(time.time() - t_send)  # the exchange that hung until the death was detected
-        self.repair_due = time.monotonic() + cfg.restart_delay_s
+        st.repair_due = time.monotonic() + cfg.restart_delay_s
         self.mode.on_ps_lost(self)
-        self._set_ctrl(self.local_opt is not None, action=ACT_NONE if shrunk else ACT_SHRINK)
+        self._set_ctrl(st.local_opt is not None, action=ACT_NONE if shrunk else ACT_SHRINK)
 
     def _reconnect(self) -> None:
         """After a shrink or respawn: HELLO to the PS if there is one now."""
         c = self.ctx.cluster
-        if self.repair_call is not None:  # still spawning; _lead picks it up when done
-            self._set_ctrl(self.local_opt is not None)
+        if self.state.repair_call is not None:  # still spawning; _lead picks it up when done
+            self._set_ctrl(self.state.local_opt is not None)
             return
         if c.ps is None:
             self._set_ctrl(False)
             return
         if self.mode.trains_through_outage and self.mode.handover(self) is not None:
             self._reconnect_ready()  # a fresh replacement takes the hand-over once it says READY; train on until then
-            self._set_ctrl(self.local_opt is not None)
+            self._set_ctrl(self.state.local_opt is not None)
             return
-        self._connect_and_steer(pending=self.pending)
+        self._connect_and_steer(pending=self.state.pending)
 
     def _connect_and_steer(self, pending: bool) -> None:
         """HELLO (and hand-over) to the PS, then the control header for the workers."""
         stop = self._connect(pending=pending)
-        if stop and self.outage is not None:
+        if stop and self.state.outage is not None:
             self._recovered()  # the run ends right at the reconnection
         self._set_ctrl(True, stop=DONE if stop else RUNNING)
 
     def _reconnect_ready(self) -> None:
         """A replacement that awaits the hand-over (stateless): train on until it says READY."""
-        self.ready_req = self.ctx.cluster.world.Irecv(self.ready_buf, MPI.ANY_SOURCE, tp.TAG_FROM_PS)
+        self.state.ready_req = self.ctx.cluster.world.Irecv(self.ready_buf, MPI.ANY_SOURCE, tp.TAG_FROM_PS)
 
     # Stateless workers take the repair steps (MPI_Comm_shrink, which waits for
     # every survivor - an evaluator busy scoring, say - and the collective
@@ -901,31 +865,31 @@ class Worker:
     # (MPI_THREAD_MULTIPLE) and keep training meanwhile: no worker needs the world
     # communicator until the replacement is READY.
     def _in_background(self, fn, kind: str) -> None:
-        self.repair_call = Background(fn, kind)
-        self.repair_kind = kind
+        self.state.repair_call = Background(fn, kind)
+        self.state.repair_kind = kind
 
     def repair_running(self) -> bool:
         """Whether a repair step is still running on its helper thread."""
-        return self.repair_call is not None and self.repair_call.running()
+        return self.state.repair_call is not None and self.state.repair_call.running()
 
     def _join_repair(self) -> None:
-        if self.repair_call is None:
+        if self.state.repair_call is None:
             return
-        call, self.repair_call = self.repair_call, None
+        call, self.state.repair_call = self.state.repair_call, None
         if call.running(self.ctx.outage_timeout):
             raise tp.PeerTimeout(f"repair step did not finish in {self.ctx.outage_timeout:.0f} s")
         call.result()
 
     def _connect(self, pending: bool) -> bool:
         c, ctx, cfg = self.ctx.cluster, self.ctx, self.ctx.cfg
-        if self.in_flight is not None:  # its answer would be taken for the Hello's (see _lead's drain)
-            raise ProtocolError(f"a Hello with the gradient for version {self.in_flight.version} in flight")
+        if self.state.in_flight is not None:  # its answer would be taken for the Hello's (see _lead's drain)
+            raise ProtocolError(f"a Hello with the gradient for version {self.state.in_flight.version} in flight")
         offer = self.mode.handover(self)  # stateless: the buffer for a fresh replacement; hybrid: the catch-up
         buffered, vectors = offer if offer is not None else (0, [])
-        # pipelined: the workers applied the pending gradient (they hold self.held, one version more)
-        pending_code = (PENDING if self.held is None else PENDING_APPLIED) if pending else NOT_PENDING
+        # pipelined: the workers applied the pending gradient (they hold self.state.held, one version more)
+        pending_code = (PENDING if self.state.held is None else PENDING_APPLIED) if pending else NOT_PENDING
         pid, fd, token = self.mailbox.address if self.mailbox is not None else (0, 0, 0)
-        hello = Hello(self.version, pending=pending_code, buffered=buffered, t0_ms=self.t0_ms,
+        hello = Hello(self.state.version, pending=pending_code, buffered=buffered, t0_ms=self.state.t0_ms,
                       policy=POLICY_CODES[cfg.replay], vectors=len(vectors), worker=self.index,
                       mailbox_pid=pid, mailbox_fd=fd, mailbox_token=token)
         # a replacement that hangs before it answers is fenced like a hung PS; the cold start after a
@@ -934,8 +898,8 @@ class Worker:
         tp.send(c.world, hello, None, c.ps, tp.TAG_TO_PS, ctx.peer_timeout, "leader says hello",
                 watch=ctx.death_watch(), suspect=suspect)
         if pending:  # stateless buffered it instead (on_ps_lost), so it is never re-sent there
-            tp.wait(c.world.Isend(self.sent_grad.numpy(), c.ps, tp.TAG_TO_PS), ctx.peer_timeout, "re-send gradient",
-                    watch=ctx.death_watch(), suspect=suspect)
+            tp.wait(c.world.Isend(self.state.sent_grad.numpy(), c.ps, tp.TAG_TO_PS), ctx.peer_timeout,
+                    "re-send gradient", watch=ctx.death_watch(), suspect=suspect)
         if offer is not None:
             handover_s = self.mode.send_handover(self, vectors, suspect)
         answer, _ = tp.recv(c.world, MPI.ANY_SOURCE, tp.TAG_FROM_PS, ctx.outage_timeout, "leader waits for the PS",
@@ -945,18 +909,17 @@ class Worker:
         if offer is not None:
             self.mode.handed_over(self, len(vectors), handover_s)
         if pending:  # the re-sent gradient was answered too (applied now or before): the mode may keep it
-            self.mode.after_answer(self, self.version, answer, self.sent_grad)
-        self.version, self.t0_ms = answer.version, answer.t0_ms
+            self.mode.after_answer(self, self.state.version, answer, self.state.sent_grad)
+        self.state.commit(answer.version, answer.t0_ms)
         self.ps_reads_mailbox = answer.mailbox
-        if self.held is not None:  # pipelined: one version names one state, so the held gradient is valid
-            self.reuse = self.held == self.version and self.held_valid
-            self.held = None
-        self.held_valid = True
-        self.pending = False
-        self.ps_up = True
-        if self.outage is not None:  # a hand-over or a catch-up leaves the PS at or past the workers' version
-            self.outage.lost_steps = max(0, self.outage.version - self.version)
-        ctx.log.emit(Ev.CONNECTED, version=self.version, generation=c.generation)
+        if self.state.held is not None:  # pipelined: one version names one state, so the held gradient is valid
+            self.state.reuse = self.state.held == self.state.version and self.state.held_valid
+            self.state.held = None
+        self.state.held_valid = True
+        self.state.ps_up = True
+        if self.state.outage is not None:  # a hand-over or a catch-up leaves the PS at or past the workers' version
+            self.state.outage.lost_steps = max(0, self.state.outage.version - self.state.version)
+        ctx.log.emit(Ev.CONNECTED, version=self.state.version, generation=c.generation)
         return answer.stop
 
     # Worker idle time during an outage, measured where the workers block: the
@@ -965,10 +928,10 @@ class Worker:
     # that computed nothing (checkpoint mode waiting for its replacement). The
     # other workers wait for the leader's control header meanwhile.
     def _add_idle(self, seconds: float) -> None:
-        if self.outage is not None:
-            self.outage.idle_s += seconds
+        if self.state.outage is not None:
+            self.state.outage.idle_s += seconds
 
     def _recovered(self) -> None:
-        self.ctx.log.emit(Ev.RECOVERED, **self.outage.recovered(self.ctx.cfg.mode, self.version))
+        self.ctx.log.emit(Ev.RECOVERED, **self.state.outage.recovered(self.ctx.cfg.mode, self.state.version))
         self.ctx.settle_refill()
-        self.outage, self.buffer, self.local_opt = None, None, None
+        self.state.end_outage()

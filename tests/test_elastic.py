@@ -54,3 +54,50 @@ def test_elastic_batch_keeps_the_global_batch_or_scales_the_learning_rate():
     assert batch_and_lr(cfg(), 32, 2) == (32, 2 / 3)  # local (the default): the linear scaling rule
     assert batch_and_lr(cfg(elastic_batch="global"), 32, 2) == (48, 1.0)  # 96 samples a step, as with three
     assert batch_and_lr(cfg(consistency="async", exchange="auto"), 32, 1) == (32, 1.0)  # one worker's batch an update
+
+
+def test_the_state_a_worker_keeps_commits_an_answer_and_restores_a_new_leader_from_the_last_header():
+    from psmodes.messages import Control
+    from psmodes.worker_state import WorkerState
+
+    st = WorkerState(version=41, pending=True, held=42, in_flight=object())
+    st.commit(42, t0_ms=7)  # the PS answered
+    assert (st.version, st.t0_ms, st.pending, st.in_flight) == (42, 7, False, None) and st.held == 42
+    st.pending, st.in_flight = True, object()  # the dead leader's gradient on its way
+    st.restore(Control(version=40, t0_ms=5), ps_up=True, restart_delay_s=10.0)
+    assert (st.version, st.t0_ms, st.pending, st.in_flight, st.held, st.repair_due) == (40, 5, False, None, None, None)
+    st.restore(Control(version=40), ps_up=False, restart_delay_s=10.0)  # the PS down too: its repair is ours
+    assert st.repair_due is not None and not st.ps_up
+    st.begin_outage(100.0)
+    first = st.outage
+    st.begin_outage(200.0, version=3)  # a failure within the outage prolongs it
+    assert st.outage is first and (first.t_start, first.version) == (100.0, 40)
+    st.end_outage()
+    assert (st.outage, st.buffer, st.local_opt) == (None, None, None)
+
+
+def test_a_spare_takes_a_lost_workers_place_while_the_refills_spawn_settles():
+    """psmodes.context.refill_action: after the restart delay, a spare fills in place at once (no new world);
+    a refill that also spawns waits 2 s after the last repair, and the spares take what they can meanwhile
+    (ACTION_FILL)."""
+    from psmodes.context import refill_action
+    from psmodes.messages import ACTION_FILL, ACTION_NONE, ACTION_REFILL
+
+    ps, ev, w0, w1, w2, w3 = Role("ps", 0), Role("evaluator", 0), *(Role("worker", i) for i in range(4))
+    spare, spare1 = Role("spare", 0), Role("spare", 1)
+    world = [ps, ev, w0, w1, spare]
+    settling = dict(now=100.0, refill_after=102.0, replace_after=100.0)  # a repair just now, --restart-delay 0
+    # worker2 lost, a spare left: in place now
+    assert refill_action(world, [w2], **settling) == ACTION_REFILL
+    # within the restart delay: nothing, spare or not
+    assert refill_action(world, [w2], now=100.0, refill_after=102.0, replace_after=110.0) == ACTION_NONE
+    # no spare: the spawn waits for the settle
+    assert refill_action([ps, ev, w0, w1], [w2], **settling) == ACTION_NONE
+    assert refill_action([ps, ev, w0, w1], [w2], now=102.0, refill_after=102.0, replace_after=100.0) == ACTION_REFILL
+    # --refill-spares: the spare takes worker2 now; its own successor (spare1) is spawned after the settle
+    assert refill_action(world, [w2, spare1], **settling) == ACTION_FILL
+    assert refill_action(world, [w2, spare1], now=102.5, refill_after=102.0, replace_after=100.0) == ACTION_REFILL
+    # two workers lost, one spare: it takes one now, the other's spawn waits
+    assert refill_action(world, [w2, w3], **settling) == ACTION_FILL
+    # spares used up by the PS, no worker lost: nothing to fill in place, the spawn waits
+    assert refill_action([ps, ev, w0, w1], [spare1], **settling) == ACTION_NONE

@@ -210,6 +210,26 @@ def test_a_lost_worker_is_replaced_by_a_spare_then_by_a_spawned_process(tmp_path
     assert not run_processes(out)
 
 
+def test_a_spare_fills_in_place_at_once_and_replacements_spawned_together_outlive_each_other(tmp_path):
+    # worker1 and worker2 die together, one spare, --refill-spares, --restart-delay 0. The spare takes worker1's
+    # place at once, in place (ACTION_FILL: before, it waited for the refill's 2 s settle with the spawn of
+    # its successor); after the settle one job of two is spawned, worker2's replacement and a new spare. That
+    # worker2 killed in turn must not take the spare with it: a spawned job is recoverable too
+    # (launch/driver/mpirun.py ulfm_args; without it the runtime ended the whole job, an unplanned death)
+    out, s = run_ok(tmp_path, *SYN, "--workers", "3", "--mode", "checkpoint", "--allreduce", "mpi",
+                    "--exchange", "blocking", "--spares", "1", "--refill-spares", "--restart-delay", "0",
+                    "--duration", "13s", "--kill-worker", "3s@worker1", "--kill-worker", "3s@worker2",
+                    "--kill-worker", "8s@worker2")
+    refills = [(e["from_spares"], sorted(e["spawned"]), e["in_place_only"])
+               for e in events(out, "respawned", "worker0") if e["refill"]]
+    assert refills[:2] == [(["worker1"], [], True), ([], ["spare0", "worker2"], False)], refills
+    assert [k["role"] for k in s["kills"]] == ["worker1", "worker2", "worker2"], s["kills"]
+    assert not [f for f in s["faults"] if not f["planned"]], s["faults"]
+    # the spawned spare outlived its partner and took its place
+    assert [e["role"] for e in events(out, "spare_taken")] == ["worker1", "worker2"], events(out, "spare_taken")
+    assert not run_processes(out)
+
+
 def test_a_hung_worker_is_suspected_in_the_allreduce_fenced_and_the_others_go_on(tmp_path):
     out, s = run_ok(tmp_path, *SYN, "--workers", "3", "--mode", "chain", "--allreduce", "mpi", "--exchange", "blocking",
                     "--duration", "12s", "--hang-worker", "3s", "--no-replace-workers")

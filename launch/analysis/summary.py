@@ -252,9 +252,14 @@ def summarize(run_dir: str | Path, exit_reason: str | None = None, wall_s: float
         # Open MPI failed before any rank started, for a reason that a new start cures (launch/driver/mpirun.py)
         "start_failures": [{"attempt": e["attempt"], "reason": e["reason"]} for e in by("start_failed")],
         "usage": usage(by("usage"), by("spare_waited"), by("ps_timing")),
-        # --refill-spares: the spawns of new spares once training ran again (training waited `seconds`)
-        "refills": [{"t_s": rel(e["t"]), "spawned": e["spawned"], "seconds": round(e["seconds"], 3)}
-                    for e in by("respawned") if e.get("refill") and e["who"] == "worker0"],
+        # --refill-spares and lost workers' replacements, once training ran again (training waited `seconds`):
+        # the roles spawned and those spares took in place
+        # (each once, as a worker recorded it: every member does, under the generation it made; not only
+        # worker0's, since the leader may have died)
+        "refills": [{"t_s": rel(e["t"]), "spawned": e["spawned"], "from_spares": e.get("from_spares", []),
+                     "seconds": round(e["seconds"], 3)}
+                    for e in _per_generation([r for r in by("respawned") if r.get("refill")
+                                              and str(r.get("role", "")).startswith("worker")])],
         # the longest a live PS took to answer a worker: what --suspect-after must stay above
         "slowest_answer_s": max((e["slowest_answer_s"] for e in by("done") if "slowest_answer_s" in e), default=None),
         "ps_timing": next(({k: v for k, v in e.items() if k not in ("t", "ev")} for e in by("ps_timing")), None),
@@ -423,3 +428,11 @@ def strict_json(value):
     if isinstance(value, (list, tuple)):
         return [strict_json(v) for v in value]
     return value
+
+
+def _per_generation(events: list[dict]) -> list[dict]:
+    """The first of ``events`` of each world generation, in time order."""
+    first: dict = {}
+    for e in sorted(events, key=lambda e: e["t"]):
+        first.setdefault(e.get("generation"), e)
+    return list(first.values())

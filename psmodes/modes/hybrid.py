@@ -135,9 +135,9 @@ class Hybrid(ChainReplication):
 
     def handover(self, worker) -> tuple[int, list] | None:
         backup = _backup(worker)
-        if worker.outage is None or not backup.kept:  # only a PS that took over needs to catch up
+        if worker.state.outage is None or not backup.kept:  # only a PS that took over needs to catch up
             return None
-        return 0, backup.vectors(upto=worker.version)
+        return 0, backup.vectors(upto=worker.state.version)
 
     def send_handover(self, worker, vectors: list, suspect=None) -> float:
         return self.send_to_ps(worker, [v.numpy() for v in vectors], "catch-up to the new head", suspect)
@@ -150,10 +150,10 @@ class Hybrid(ChainReplication):
 
 
 def _backup(worker) -> "UpstreamBackup":
-    backup = getattr(worker, "upstream_backup", None)
+    backup = worker.state.upstream_backup
     if backup is None:
         k = worker.ctx.cfg.replicate_every
-        backup = worker.upstream_backup = UpstreamBackup(2 * k + EXTRA_KEPT)
+        backup = worker.state.upstream_backup = UpstreamBackup(2 * k + EXTRA_KEPT)
     return backup
 
 

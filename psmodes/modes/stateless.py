@@ -59,20 +59,21 @@ class Stateless(RecoveryMode):
         from ..optim import make_optimizer
 
         cfg = worker.ctx.cfg
-        if worker.buffer is None:
-            worker.buffer = UpdateBuffer(cfg.replay, worker.numel, cfg.max_buffered, worker.flat.n_train)
+        if worker.state.buffer is None:
+            worker.state.buffer = UpdateBuffer(cfg.replay, worker.numel, cfg.max_buffered, worker.flat.n_train)
             if cfg.replay == "local":
                 # the workers' own copy: the last weights received, stepped in place (fresh optimizer state)
-                worker.local_opt = make_optimizer(torch.from_numpy(worker.weights_in), worker.ctx, worker.flat.n_train)
-        if worker.pending:  # the gradient the dead PS never answered is the first buffered update
+                worker.state.local_opt = make_optimizer(torch.from_numpy(worker.weights_in), worker.ctx,
+                                                        worker.flat.n_train)
+        if worker.state.pending:  # the gradient the dead PS never answered is the first buffered update
             self._keep(worker)
-            worker.pending = False
+            worker.state.pending = False
 
     def outage_step(self, worker, compute_s: float) -> bool:
         from ..events import Ev
 
         changed = self._keep(worker)
-        worker.ctx.log.emit(Ev.STEP, version=worker.version, applied=False, buffered=worker.buffer.count,
+        worker.ctx.log.emit(Ev.STEP, version=worker.state.version, applied=False, buffered=worker.state.buffer.count,
                             samples=worker.samples_per_step, compute_s=round(compute_s, 6),
                             loss=round(worker.last_loss, 5))
         return changed
@@ -80,15 +81,15 @@ class Stateless(RecoveryMode):
     @staticmethod
     def _keep(worker) -> bool:
         """Buffer this step's gradient; True when the worker's weights changed (local)."""
-        worker.buffer.add(worker.grad_host)
-        if worker.local_opt is not None:
-            worker.local_opt.step(worker.grad_host)  # steps weights_in, the worker's own copy, in place
+        worker.state.buffer.add(worker.grad_host)
+        if worker.state.local_opt is not None:
+            worker.state.local_opt.step(worker.grad_host)  # steps weights_in, the worker's own copy, in place
             return True
         return False
 
     def handover(self, worker) -> tuple[int, list] | None:
-        if worker.ctx.cluster.generation > 0 and worker.buffer is not None:
-            return worker.buffer.count, worker.buffer.vectors()
+        if worker.ctx.cluster.generation > 0 and worker.state.buffer is not None:
+            return worker.state.buffer.count, worker.state.buffer.vectors()
         return None
 
     def send_handover(self, worker, vectors: list, suspect=None) -> float:
@@ -101,13 +102,13 @@ class Stateless(RecoveryMode):
         replacement that dies while replaying it gets it replayed by the next one (exactly once)."""
         from ..events import Ev
 
-        buf, cfg = worker.buffer, worker.ctx.cfg
+        buf, cfg = worker.state.buffer, worker.ctx.cfg
         worker.ctx.log.emit(Ev.HANDOVER, buffered=buf.count, dropped=buf.dropped, policy=cfg.replay,
                             staleness=buf.staleness, vectors=n_vectors, seconds=seconds)
-        if worker.outage is not None:
-            worker.outage.buffered += buf.count
-            worker.outage.dropped += buf.dropped
-        worker.buffer, worker.local_opt = None, None  # handed over: never sent twice
+        if worker.state.outage is not None:
+            worker.state.outage.buffered += buf.count
+            worker.state.outage.dropped += buf.dropped
+        worker.state.buffer, worker.state.local_opt = None, None  # handed over: never sent twice
 
     # ---- PS side
     def ps_restore(self, server) -> None:
