@@ -134,7 +134,8 @@ def test_dry_run_horovodrun_and_no_ulfm(tmp_path):
     assert cmd[0].endswith("horovodrun") and cmd[cmd.index("-np") + 1] == "4"
     assert cmd[cmd.index("-H") + 1] == "localhost:4"
     assert "--binding-args=--bind-to none --map-by :OVERSUBSCRIBE" in cmd
-    assert "--mpi-args=--with-ft ulfm" in cmd
+    # ULFM for the job and for every job its ranks spawn (launch/driver/mpirun.py ulfm_args)
+    assert "--mpi-args=--with-ft ulfm --prtemca state_base_recoverable 1" in cmd
     plain = psbench("run", *SYN, "--mode", "checkpoint", "--recovery", "job-restart", "--no-ulfm",
                     "--out", str(tmp_path / "n"), "--dry-run")
     assert plain.returncode == 0, plain.stderr
