@@ -28,7 +28,7 @@ from .divergence import Divergence
 from .errors import RunFailed
 from .events import Ev, EventLog
 from .flatparams import FlatParams
-from .messages import ACTION_FILL, ACTION_NONE, ACTION_REFILL, ACTION_SPAWN, HEADER_LEN, Announce
+from .messages import ACTION_NONE, ACTION_REFILL, ACTION_SPAWN, HEADER_LEN, Announce
 from .optim import default_lr
 from .pidfiles import live_hosts_with_room, spawned_dead
 from .suspicion import COLD_START_S, suspect_the_silent
@@ -61,16 +61,17 @@ def refill_action(roles: list, missing: list, now: float, refill_after: float, r
 
     A lost worker is replaced ``--restart-delay`` after the loss (``replace_after``), by a spare or a spawn,
     as a dead PS is. A refill that spawns (a new world) also waits REFILL_SETTLE_S after the last repair
-    (``refill_after``); one that spares fill in place makes no new world and does not wait for it. While the
-    spawn waits, the spares take the lost workers' places already (ACTION_FILL): with --refill-spares every
-    refill that a spare fills also spawns its successor, so before, the spare waited the 2 s too (its target
-    in psbench perf: contributing within 1 s of the loss)."""
+    (``refill_after``, a shrink included); one that spares fill in place makes no new world and does not wait.
+
+    Tried and dropped: letting the spares fill in place while a refill's spawn waits (so that with
+    --refill-spares a spare need not wait the 2 s for its successor's spawn). With two workers killed 0.1 s
+    apart, the spare took the first one's place at once and the workers' group was made again with it
+    (MPI_Comm_create_group) while the second was dying: the creation never returned (Open MPI 5.0.11) and the
+    run ended at the peer timeout. The 2 s absorb such deaths before any join."""
     if now < replace_after:
         return ACTION_NONE
-    _, taken, to_spawn = fill_from_spares(roles, missing)
-    if not to_spawn or now >= refill_after:
-        return ACTION_REFILL
-    return ACTION_FILL if any(r.kind == "worker" for r in taken) else ACTION_NONE
+    to_spawn = fill_from_spares(roles, missing)[2]
+    return ACTION_REFILL if not to_spawn or now >= refill_after else ACTION_NONE
 
 
 class RespawnNow(Exception):
@@ -208,7 +209,7 @@ class Context:
     def _took_announcement(self) -> bool:
         """Whether the completed announcement calls everyone into :meth:`respawn`."""
         self.announced = self._announcement()
-        return self.announced in (ACTION_SPAWN, ACTION_REFILL, ACTION_FILL)
+        return self.announced in (ACTION_SPAWN, ACTION_REFILL)
 
     def refill_expected(self) -> bool:
         """--refill-spares with spares used up, or a lost worker to replace (psmodes/elastic.py): the
@@ -321,8 +322,7 @@ class Context:
         """Every survivor: fill the missing roles (collective), after the leader's announcement:
         from the spares first, by a spawn for the rest (:meth:`psmodes.cluster.Cluster.respawn`).
         ``action`` (by default: what the announcement said): ACTION_SPAWN, the roles missing but workers;
-        ACTION_REFILL, the spares used up too (``--refill-spares``) and the lost workers' replacements;
-        ACTION_FILL, only those of the refill's roles the spares take (no spawn: :meth:`refill_due`).
+        ACTION_REFILL, the spares used up too (``--refill-spares``) and the lost workers' replacements.
 
         A death during the spawn (a kill that lands while the replacement is
         starting: MPI_Comm_spawn fails with ERR_PROC_FAILED, or making the new
@@ -345,12 +345,10 @@ class Context:
         worker ends the run, with the same one-line reason as a death outside
         the spawn."""
         action, self.announced = (self.announced if action is None else action), ACTION_NONE
-        refill = action in (ACTION_REFILL, ACTION_FILL)
+        refill = action == ACTION_REFILL
         t0 = time.monotonic()
         for attempt in range(1, SPAWN_TRIES + 1):
             missing = self._missing(refill)
-            if action == ACTION_FILL:
-                missing = fill_from_spares(self.cluster.roles, missing)[1]
             root = self.cluster.me.kind == "ps" and bool(missing)  # the spawn's root
             dead_spawned: list[dict] = []  # replacements of this attempt that died before joining
             try:
@@ -379,7 +377,7 @@ class Context:
             self.cold_until = time.monotonic() + COLD_START_S
         self.log.emit(Ev.RESPAWNED, spawned=[r.label for r in spawned_roles], from_spares=[r.label for r in taken],
                       seconds=seconds, attempts=attempt, role=self.cluster.me.label, rank=self.cluster.rank,
-                      generation=self.cluster.generation, refill=refill, in_place_only=action == ACTION_FILL)
+                      generation=self.cluster.generation, refill=refill)
         self.settle_refill()  # also after a repair the PS survived
         if self.refill_expected():
             self._post_action()

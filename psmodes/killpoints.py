@@ -36,6 +36,12 @@ Replica points (``--kill-replica point:NAME``):
 
 - ``tail_receive``: the chain's tail, after a state's header arrived and before
   it receives the payload (its predecessor's send is then still in flight).
+
+Worker points (``--kill-worker point:NAME``):
+
+- ``regroup_member``: a worker other than the leader, after the world's shrink
+  of another worker's death and before the workers' own group is shrunk: a
+  second death inside the group's repair.
 """
 from __future__ import annotations
 
@@ -50,6 +56,7 @@ ENV = "PSBENCH_KILL_POINT"
 POINTS = ("apply", "send_weights", "checkpoint_write", "chain_forward", "replay", "takeover", "new_leader",
           "spawn", "in_spawn", "replacement_init")
 REPLICA_POINTS = ("tail_receive",)
+WORKER_POINTS = ("regroup_member",)
 
 
 def armed_from_env(value: str | None) -> dict[str, list[int]]:

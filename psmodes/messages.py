@@ -39,14 +39,13 @@ KEEP, RECEIVE, APPLY = 0, 1, 2  # keep it; take the leader's broadcast; apply th
 # Control.stop
 RUNNING, DONE, FAILED = 0, 1, 2
 # Control.action: the repair step every worker takes together
-# (ACT_REGROUP: a worker died; every survivor shrinks and the workers make their group again: psmodes/elastic.py;
-# ACT_FILL: the spares take the lost workers' places now, the refill's spawn comes later)
-ACT_NONE, ACT_SHRINK, ACT_SPAWN, ACT_REFILL, ACT_REGROUP, ACT_FILL = 0, 1, 2, 3, 4, 5
-# Announce.action: respawn the missing roles; (--refill-spares, a lost worker) refill, the spares used up
-# and the lost workers' replacements; or fill in place only what the spares can take (psmodes/context.py)
-ACTION_NONE, ACTION_SPAWN, ACTION_REFILL, ACTION_FILL = 0, 1, 2, 3
+# (ACT_REGROUP: a worker died; every survivor shrinks and the workers make their group again: psmodes/elastic.py)
+ACT_NONE, ACT_SHRINK, ACT_SPAWN, ACT_REFILL, ACT_REGROUP = 0, 1, 2, 3, 4
+# Announce.action: respawn the missing roles; or refill: the spares used up (--refill-spares) and the lost
+# workers' replacements
+ACTION_NONE, ACTION_SPAWN, ACTION_REFILL = 0, 1, 2
 # the announcement of each respawn a Control header calls the workers into
-ANNOUNCED = {ACT_SPAWN: ACTION_SPAWN, ACT_REFILL: ACTION_REFILL, ACT_FILL: ACTION_FILL}
+ANNOUNCED = {ACT_SPAWN: ACTION_SPAWN, ACT_REFILL: ACTION_REFILL}
 
 # stateless replay policies as they travel in a Hello
 POLICY_CODES = {"paper": 1, "mean": 2, "sequential": 3, "staleness": 4, "local": 5}
@@ -213,7 +212,7 @@ class Control(Message):
     weights: int = KEEP     # KEEP | RECEIVE | APPLY
     version: int = -1
     stop: int = RUNNING     # RUNNING | DONE | FAILED
-    action: int = ACT_NONE  # ACT_NONE | ACT_SHRINK | ACT_SPAWN | ACT_REFILL | ACT_REGROUP | ACT_FILL
+    action: int = ACT_NONE  # ACT_NONE | ACT_SHRINK | ACT_SPAWN | ACT_REFILL | ACT_REGROUP
     compute: bool = False   # compute a gradient in the next step
     t0_ms: int = 0
     reuse: bool = False     # instead, send the gradient every worker holds (pipelined: computed before a

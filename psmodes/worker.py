@@ -37,7 +37,7 @@ from mpi4py import MPI
 
 from benchmarks.registry import shard_batches
 
-from . import elastic, transport as tp
+from . import elastic, killpoints, transport as tp
 from .allreduce import Allreducer
 from .background import Background
 from .mailbox import Mailbox
@@ -48,13 +48,11 @@ from .suspicion import GroupSuspicion, Suspicion
 from .events import Ev
 from .flatparams import FlatParams, digest
 from .messages import (
-    ACT_FILL,
     ACT_NONE,
     ACT_REFILL,
     ACT_REGROUP,
     ACT_SHRINK,
     ACT_SPAWN,
-    ACTION_FILL,
     ACTION_NONE,
     ACTION_REFILL,
     ANNOUNCED,
@@ -324,8 +322,20 @@ class Worker:
         if joined:
             comm = self._make_group()
         else:
+            if not self.leader:
+                killpoints.reached("regroup_member", ctx)
             comm = ctx.watched(lambda: tp.call(self.comm.Shrink, "shrink the workers' group"), "workers' shrink")
             comm.Set_errhandler(MPI.ERRORS_RETURN)
+            if comm.Get_size() < len(self.group):
+                # another worker died after the world's shrink and before this one: the world drops it too, so
+                # that both agree (seen: two workers killed 0.1 s apart; the group of one against the world's
+                # two ended the run with the ProtocolError below)
+                ctx.after_failure(tp.PeerFailed("a worker died during the workers' shrink", MPI.ERR_PROC_FAILED),
+                                  via=f"worker{self.index}")
+                more, _ = self._take_group()
+                lost = sorted(lost + more)
+                if self.leader and self.state.repair_due is None and not ctx.refill_expected():
+                    ctx.announce(ACTION_NONE)  # nothing to spawn: complete the survivors' wait, as after the first
         self.comm, self.ctrl_comm = comm, comm.Dup()
         self.ctrl_comm.Set_errhandler(MPI.ERRORS_RETURN)
         self.allreducer = Allreducer(ctx.cfg.allreduce, comm, ctx.device)
@@ -530,7 +540,7 @@ class Worker:
             t_action = time.perf_counter()
             self._join_repair()
             # a refill and a regroup: the PS is up
-            background = self.mode.trains_through_outage and action not in (ACT_REFILL, ACT_FILL, ACT_REGROUP)
+            background = self.mode.trains_through_outage and action not in (ACT_REFILL, ACT_REGROUP)
             if action == ACT_REGROUP and not self._group_changed():
                 # the world still holds the dead worker (a PS's repair may have dropped it already)
                 dead = ctx.after_failure(tp.PeerFailed("the leader reported a worker dead", MPI.ERR_PROC_FAILED),
@@ -548,7 +558,7 @@ class Worker:
                 shrink = lambda: ctx.after_failure(  # noqa: E731
                     tp.PeerFailed("leader reported the PS dead", MPI.ERR_PROC_FAILED), via="worker")
                 self._in_background(shrink, "shrink") if background else shrink()
-            elif action in (ACT_SPAWN, ACT_REFILL, ACT_FILL):
+            elif action in (ACT_SPAWN, ACT_REFILL):
                 self._in_background(ctx.respawn, "respawn") if background else ctx.respawn(ANNOUNCED[action])
             if not background and self._group_changed():  # a worker died (alone, or in the PS's repair)
                 self._regroup()
@@ -692,15 +702,15 @@ class Worker:
             return ACT_NONE
         if self.state.repair_due is not None:
             return ACT_SPAWN if time.monotonic() >= self.state.repair_due else ACT_NONE
-        return {ACTION_REFILL: ACT_REFILL, ACTION_FILL: ACT_FILL}.get(self.ctx.refill_due(), ACT_NONE)
+        return ACT_REFILL if self.ctx.refill_due() == ACTION_REFILL else ACT_NONE
 
     def _announce(self, action: int) -> int:
         """Announce the repair step ``action`` (from :meth:`_due_action`) to every survivor."""
         if action == ACT_SPAWN:
             self.state.repair_due = None
             self.ctx.announce()
-        elif action in (ACT_REFILL, ACT_FILL):
-            self.ctx.announce(ANNOUNCED[action])
+        elif action == ACT_REFILL:
+            self.ctx.announce(ACTION_REFILL)
         return action
 
     def _exchange(self) -> bool:

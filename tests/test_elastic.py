@@ -76,28 +76,21 @@ def test_the_state_a_worker_keeps_commits_an_answer_and_restores_a_new_leader_fr
     assert (st.outage, st.buffer, st.local_opt) == (None, None, None)
 
 
-def test_a_spare_takes_a_lost_workers_place_while_the_refills_spawn_settles():
-    """psmodes.context.refill_action: after the restart delay, a spare fills in place at once (no new world);
-    a refill that also spawns waits 2 s after the last repair, and the spares take what they can meanwhile
-    (ACTION_FILL)."""
+def test_a_replacement_waits_the_restart_delay_and_a_spawn_the_settle_after_the_last_repair():
+    """psmodes.context.refill_action, on the roles and the clocks alone."""
     from psmodes.context import refill_action
-    from psmodes.messages import ACTION_FILL, ACTION_NONE, ACTION_REFILL
+    from psmodes.messages import ACTION_NONE, ACTION_REFILL
 
-    ps, ev, w0, w1, w2, w3 = Role("ps", 0), Role("evaluator", 0), *(Role("worker", i) for i in range(4))
+    ps, ev, w0, w1, w2 = Role("ps", 0), Role("evaluator", 0), *(Role("worker", i) for i in range(3))
     spare, spare1 = Role("spare", 0), Role("spare", 1)
-    world = [ps, ev, w0, w1, spare]
+    world, bare = [ps, ev, w0, w1, spare], [ps, ev, w0, w1]
     settling = dict(now=100.0, refill_after=102.0, replace_after=100.0)  # a repair just now, --restart-delay 0
-    # worker2 lost, a spare left: in place now
+    # worker2 lost, a spare left: in place now, no new world to wait for
     assert refill_action(world, [w2], **settling) == ACTION_REFILL
     # within the restart delay: nothing, spare or not
-    assert refill_action(world, [w2], now=100.0, refill_after=102.0, replace_after=110.0) == ACTION_NONE
-    # no spare: the spawn waits for the settle
-    assert refill_action([ps, ev, w0, w1], [w2], **settling) == ACTION_NONE
-    assert refill_action([ps, ev, w0, w1], [w2], now=102.0, refill_after=102.0, replace_after=100.0) == ACTION_REFILL
-    # --refill-spares: the spare takes worker2 now; its own successor (spare1) is spawned after the settle
-    assert refill_action(world, [w2, spare1], **settling) == ACTION_FILL
-    assert refill_action(world, [w2, spare1], now=102.5, refill_after=102.0, replace_after=100.0) == ACTION_REFILL
-    # two workers lost, one spare: it takes one now, the other's spawn waits
-    assert refill_action(world, [w2, w3], **settling) == ACTION_FILL
-    # spares used up by the PS, no worker lost: nothing to fill in place, the spawn waits
-    assert refill_action([ps, ev, w0, w1], [spare1], **settling) == ACTION_NONE
+    assert refill_action(world, [w2], now=100.0, refill_after=0.0, replace_after=110.0) == ACTION_NONE
+    # a spawn (no spare; or --refill-spares, the spare's successor) waits the settle
+    assert refill_action(bare, [w2], **settling) == ACTION_NONE
+    assert refill_action(world, [w2, spare1], **settling) == ACTION_NONE
+    assert refill_action(bare, [w2], now=102.0, refill_after=102.0, replace_after=100.0) == ACTION_REFILL
+    assert refill_action(world, [w2, spare1], now=102.0, refill_after=102.0, replace_after=100.0) == ACTION_REFILL

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from psmodes.config import ConfigError, parse_duration
-from psmodes.killpoints import POINTS, REPLICA_POINTS
+from psmodes.killpoints import POINTS, REPLICA_POINTS, WORKER_POINTS
 
 from .base import NONE, REQUIRED, Point
 from .registry import KINDS, OPTIONS
@@ -92,7 +92,7 @@ def parse_points(specs: list[str], target: str, duration_s: float | None = None,
     kills the target's live holder DUR after the previous kill, at once if it is up, else
     as soon as it registers (a replacement)."""
     fault = KINDS[kind]
-    named = POINTS if target == "ps" else REPLICA_POINTS
+    named = POINTS if target == "ps" else WORKER_POINTS if target.startswith("worker") else REPLICA_POINTS
     option = fault.option_name(target)
     points = []
     for spec in specs:
