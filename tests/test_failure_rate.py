@@ -20,7 +20,8 @@ def _run(root, mode, mean, seed, ettr, completed=True, train_s=120.0):
     (run / "config.json").write_text(json.dumps(cfg.to_dict()))
     (run / "summary.json").write_text(json.dumps({
         "completed": completed, "exit_reason": "completed" if completed else "no copy survives", "mode": mode,
-        "seed": seed, "ettr": ettr, "goodput": 1000.0, "ettr_parts": {"train_s": train_s, "productive_s": ettr * train_s}}))
+        "seed": seed, "ettr": ettr, "goodput": 1000.0,
+        "ettr_parts": {"train_s": train_s, "productive_s": ettr * train_s}}))
 
 
 def test_the_study_puts_each_variant_against_the_rate_and_counts_a_dead_run_over_its_planned_time(tmp_path):
@@ -35,10 +36,10 @@ def test_the_study_puts_each_variant_against_the_rate_and_counts_a_dead_run_over
     assert ettr == pytest.approx([0.098, 0.196]) and goodput == pytest.approx([100.0, 200.0])  # of 120 s planned
     text = "\n".join(section(collect(tmp_path)[1], tmp_path, md_table))
     assert "| chain      | 0.147 ± 0.623 (0/2)" in text, text
-    assert "MTBF 10 s: **checkpoint** has the highest ETTR" in text
+    assert "MTBF 10 s: **checkpoint** has the highest ETTR, checkpoint (0.810 ± 0.127); next chain" in text, text
     assert "MTBF 40 s: **chain** has the highest ETTR" in text
     assert "checkpoint leads at MTBF 10 s, chain at 40 s" in text
-    assert "chain: runs ended early at MTBF 10 s (no copy survives)" in text
+    assert "Runs ended early at MTBF 10 s: chain (no copy survives)" in text
     assert (tmp_path / "ettr-mtbf.png").exists()
 
 

@@ -77,6 +77,9 @@ class Study:
         pairs = [p for p in pairs if p is not None]
         return [e for e, _ in pairs], [g for _, g in pairs]
 
+    def mode_of(self, variant: str) -> str:
+        return next(str(a.config.get("mode")) for (v, _), a in self.cell.items() if v == variant)
+
     def final(self, variant: str, rate: float) -> Estimate:
         agg = self.cell.get((variant, rate))
         return agg.estimates["final_metric"] if agg else Estimate(None, None, 0)
@@ -122,45 +125,53 @@ def section(aggs: list[ConfigAggregate], out: Path, md_table) -> list[str]:
     return L
 
 
-def leaders(study: Study) -> list[tuple[float, str, str | None, str]]:
-    """Per rate: (rate, the variant of the highest mean ETTR, the runner-up, whether the lead is significant)."""
+def leaders(study: Study) -> list[tuple[float, str, str, str | None, str | None, str]]:
+    """Per rate, the recovery modes by their best variant's mean ETTR: (rate, the leading mode, its best
+    variant, the next mode, its best variant, whether the lead is significant at 95%)."""
     out = []
     for rate in study.rates:
-        means = sorted(((sum(e) / len(e), v, e) for v in study.variants if (e := study.figures(v, rate)[0])),
-                       reverse=True)
-        if not means:
+        best: dict[str, tuple[float, str, list]] = {}
+        for v in study.variants:
+            e = study.figures(v, rate)[0]
+            if e and (study.mode_of(v) not in best or sum(e) / len(e) > best[study.mode_of(v)][0]):
+                best[study.mode_of(v)] = (sum(e) / len(e), v, e)
+        ranked = sorted(best.items(), key=lambda kv: kv[1][0], reverse=True)
+        if not ranked:
             continue
-        first = means[0]
-        second = means[1] if len(means) > 1 else None
-        test = welch(first[2], second[2]).text() if second else NA
-        out.append((rate, first[1], second[1] if second else None, test))
+        (mode, (_, variant, values)), second = ranked[0], ranked[1] if len(ranked) > 1 else None
+        test = welch(values, second[1][2]).text() if second else NA
+        out.append((rate, mode, variant, second[0] if second else None, second[1][1] if second else None, test))
     return out
 
 
 def findings(study: Study) -> list[str]:
+    """Which mode leads at each rate (by its best variant), where that changes, and the runs that ended early."""
     lines = []
     lead = leaders(study)
-    for rate, best, second, test in lead:
-        e1 = mean_ci(study.figures(best, rate)[0])
-        text = f"- MTBF {_rate(rate)}: **{best}** has the highest ETTR ({_cell(e1, '{:.3f}')})"
-        if second:
-            e2 = mean_ci(study.figures(second, rate)[0])
-            text += f"; next {second} ({_cell(e2, '{:.3f}')}); the lead significant at 95%: {test}"
+    for rate, mode, variant, next_mode, next_variant, test in lead:
+        text = (f"- MTBF {_rate(rate)}: **{mode}** has the highest ETTR, {variant} "
+                f"({_cell(mean_ci(study.figures(variant, rate)[0]), '{:.3f}')})")
+        if next_mode:
+            runner_up = _cell(mean_ci(study.figures(next_variant, rate)[0]), "{:.3f}")
+            text += f"; next {next_mode}, {next_variant} ({runner_up}); the lead significant at 95%: {test}"
         lines.append(text + ".")
     changes = [(a, b) for a, b in zip(lead, lead[1:]) if a[1] != b[1]]
     if changes:
         lines.append("- The order changes with the rate: " + "; ".join(
             f"{a[1]} leads at MTBF {_rate(a[0])}, {b[1]} at {_rate(b[0])}" for a, b in changes) + ".")
     elif lead:
-        lines.append(f"- The same variant leads at every rate measured: {lead[0][1]}.")
+        lines.append(f"- The same mode leads at every rate measured: {lead[0][1]}.")
+    ended: dict[tuple, list[str]] = {}  # (rates, reasons) -> the variants whose runs ended early there
     for v in study.variants:
         early = [rate for rate in study.rates
                  if any(r.status in ("failed", "diverged") for r in study.runs(v, rate))]
         if early:
             reasons = {(r.summary or {}).get("exit_reason") for rate in early for r in study.runs(v, rate)
                        if r.status in ("failed", "diverged")}
-            lines.append(f"- {v}: runs ended early at MTBF {', '.join(_rate(r) for r in early)} "
-                         f"({'; '.join(sorted(str(x) for x in reasons))}).")
+            ended.setdefault((tuple(early), tuple(sorted(str(x) for x in reasons))), []).append(v)
+    for (early, reasons), variants in ended.items():
+        lines.append(f"- Runs ended early at MTBF {', '.join(_rate(r) for r in early)}: {', '.join(variants)} "
+                     f"({'; '.join(reasons)}).")
     return lines
 
 
