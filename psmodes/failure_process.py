@@ -19,6 +19,7 @@ carries each failure out at its time like a ``--kill-ps 12.5s`` (launch/faultkin
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from . import elastic
@@ -38,6 +39,11 @@ class FailureProcess:
     shape: float       # weibull's shape (exp: 1)
     kind: str
     spec: str
+
+    @property
+    def mean_s(self) -> float:
+        """The mean time between failures (a Weibull's: scale x Gamma(1 + 1/shape))."""
+        return self.scale_s * math.gamma(1.0 + 1.0 / self.shape)
 
 
 def parse(spec: str) -> FailureProcess:

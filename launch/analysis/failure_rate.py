@@ -11,7 +11,6 @@ runs completed. The final metric is the completed runs' only.
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from psmodes.failure_process import parse_all
@@ -30,10 +29,7 @@ def mtbf_of(config: dict) -> float | None:
         processes = parse_all(config.get("failures") or [])
     except ValueError:
         return None
-    if len(processes) != 1:
-        return None
-    p = processes[0]
-    return p.scale_s * math.gamma(1.0 + 1.0 / p.shape)
+    return processes[0].mean_s if len(processes) == 1 else None
 
 
 def planned_figures(run: RunRecord, config: dict) -> tuple[float, float] | None:

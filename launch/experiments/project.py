@@ -204,7 +204,7 @@ def validate(m: Measured, runs_dir: Path, seed: int = 0) -> list[dict]:
         if len(processes) != 1 or processes[0].target != "ps" or rec is None or est is None or est.mean is None:
             continue
         p = processes[0]
-        mtbf = p.scale_s * math.gamma(1.0 + 1.0 / p.shape)
+        mtbf = p.mean_s
         target = Target(gpus=1, gpus_per_node=1, gpu_mttf_h=mtbf / 3600.0, shape=p.shape,
                         spares=int(agg.config.get("spares") or 0))
         pred = project(rec, target, seed=seed, horizon_s=float(agg.config.get("duration_s") or 0) or None,
