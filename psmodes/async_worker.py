@@ -29,7 +29,7 @@ from .async_server import staleness_lr_scale
 from .context import RespawnNow, no_repair
 from .events import Ev
 from .flatparams import digest
-from .messages import ACTION_NONE, DONE, FAILED, POLICY_CODES, RUNNING, Answer, Grad, Hello
+from .messages import ACTION_NONE, ACTION_REFILL, DONE, FAILED, POLICY_CODES, RUNNING, Answer, Grad, Hello
 from .suspicion import Suspicion
 from .worker import Worker
 
@@ -66,8 +66,8 @@ class AsyncWorker(Worker):
             self.ctx.announce()
             self._respawn()
             return
-        if self.leader and self.state.ps_up and (refill := self._refill_due()) != ACTION_NONE:
-            self.ctx.announce(refill)  # a lost worker's replacement (psmodes/elastic.py)
+        if self.leader and self.state.ps_up and self._refill_due():
+            self.ctx.announce(ACTION_REFILL)  # a lost worker's replacement (psmodes/elastic.py)
             self._respawn()
             return
         if self.state.ps_up:
@@ -246,11 +246,10 @@ class AsyncWorker(Worker):
         self.state.repair_due = None
         return True
 
-    def _refill_due(self) -> int:
-        """The leader: the refill due now (Context.refill_due), with no repair of the PS under way."""
-        if self.state.repair_due is None and self.state.repair_call is None:
-            return self.ctx.refill_due()
-        return ACTION_NONE
+    def _refill_due(self) -> bool:
+        """The leader: a lost worker's replacement is due (Context.refill_due), with no repair of the PS under
+        way."""
+        return self.state.repair_due is None and self.state.repair_call is None and self.ctx.refill_due()
 
     def _respawn(self) -> None:
         """Everyone joins the collective spawn of the missing roles."""

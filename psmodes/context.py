@@ -56,8 +56,8 @@ def no_repair(cfg: RunConfig) -> str:
     return "mode none has no recovery"
 
 
-def refill_action(roles: list, missing: list, now: float, refill_after: float, replace_after: float) -> int:
-    """The refill due at ``now`` (monotonic) for the world's ``roles`` and the refill's ``missing`` roles.
+def refill_action(roles: list, missing: list, now: float, refill_after: float, replace_after: float) -> bool:
+    """Whether a refill is due at ``now`` (monotonic) for the world's ``roles`` and the refill's ``missing`` roles.
 
     A lost worker is replaced ``--restart-delay`` after the loss (``replace_after``), by a spare or a spawn,
     as a dead PS is. A refill that spawns (a new world) also waits REFILL_SETTLE_S after the last repair
@@ -69,9 +69,8 @@ def refill_action(roles: list, missing: list, now: float, refill_after: float, r
     (MPI_Comm_create_group) while the second was dying: the creation never returned (Open MPI 5.0.11) and the
     run ended at the peer timeout. The 2 s absorb such deaths before any join."""
     if now < replace_after:
-        return ACTION_NONE
-    to_spawn = fill_from_spares(roles, missing)[2]
-    return ACTION_REFILL if not to_spawn or now >= refill_after else ACTION_NONE
+        return False
+    return not fill_from_spares(roles, missing)[2] or now >= refill_after
 
 
 class RespawnNow(Exception):
@@ -91,7 +90,7 @@ class Context:
         self._action_buf = np.zeros(HEADER_LEN, dtype=np.int64)  # an Announce, broadcast by the leader
         self._action_req: MPI.Request | None = None
         self._deaths = transport.DeathWatch()
-        self.announced = ACTION_NONE  # the respawn the last announcement called for (read by respawn)
+        self.refilling = False  # the announcement that came was ACTION_REFILL (read by respawn)
         self.refill_after = 0.0  # no refill that spawns before this (monotonic): REFILL_SETTLE_S after a repair
         self.replace_after = 0.0  # no lost worker's replacement before this: --restart-delay after the loss
         self.divergence = Divergence(self)  # a non-finite value, recorded once (psmodes/divergence.py)
@@ -208,8 +207,9 @@ class Context:
 
     def _took_announcement(self) -> bool:
         """Whether the completed announcement calls everyone into :meth:`respawn`."""
-        self.announced = self._announcement()
-        return self.announced in (ACTION_SPAWN, ACTION_REFILL)
+        action = self._announcement()
+        self.refilling = action == ACTION_REFILL
+        return action in (ACTION_SPAWN, ACTION_REFILL)
 
     def refill_expected(self) -> bool:
         """--refill-spares with spares used up, or a lost worker to replace (psmodes/elastic.py): the
@@ -225,12 +225,9 @@ class Context:
         full = initial_layout(self.cfg) if refill and self.cfg.refill_spares else full_layout(self.cfg)
         return self.cluster.missing(full, self.cfg.workers if refill and elastic.replaces(self.cfg) else 0)
 
-    def refill_due(self) -> int:
-        """The leader, with training running: the refill to announce now (ACTION_NONE: none yet;
-        :func:`refill_action`)."""
-        if not self.refill_expected():
-            return ACTION_NONE
-        return refill_action(self.cluster.roles, self._missing(True), time.monotonic(), self.refill_after,
+    def refill_due(self) -> bool:
+        """The leader, with training running: whether to announce the refill now (:func:`refill_action`)."""
+        return self.refill_expected() and refill_action(self.cluster.roles, self._missing(True), time.monotonic(), self.refill_after,
                              self.replace_after)
 
     def settle_refill(self) -> None:
@@ -295,7 +292,7 @@ class Context:
         """Leader only: tell every survivor to join :meth:`respawn` now (or, with
         ACTION_NONE at the end of a run, that no repair will come)."""
         self._action_buf[:] = Announce(action).to_header()
-        self.announced = action
+        self.refilling = action == ACTION_REFILL
         req = self.cluster.world.Ibcast(self._action_buf, root=self.cluster.leader)
         transport.wait(req, self.peer_timeout, "announce respawn")
 
@@ -318,11 +315,11 @@ class Context:
             time.sleep(0.005)
         raise transport.PeerTimeout(f"no repair announced within {timeout:.0f} s")
 
-    def respawn(self, action: int | None = None) -> float:
+    def respawn(self, refill: bool | None = None) -> float:
         """Every survivor: fill the missing roles (collective), after the leader's announcement:
         from the spares first, by a spawn for the rest (:meth:`psmodes.cluster.Cluster.respawn`).
-        ``action`` (by default: what the announcement said): ACTION_SPAWN, the roles missing but workers;
-        ACTION_REFILL, the spares used up too (``--refill-spares``) and the lost workers' replacements.
+        ``refill`` (by default: the announcement said so): the spares used up too (``--refill-spares``) and
+        the lost workers' replacements.
 
         A death during the spawn (a kill that lands while the replacement is
         starting: MPI_Comm_spawn fails with ERR_PROC_FAILED, or making the new
@@ -344,8 +341,7 @@ class Context:
         leaves no copy of the PS state (chain: head and all replicas) or kills a
         worker ends the run, with the same one-line reason as a death outside
         the spawn."""
-        action, self.announced = (self.announced if action is None else action), ACTION_NONE
-        refill = action == ACTION_REFILL
+        refill, self.refilling = (self.refilling if refill is None else refill), False
         t0 = time.monotonic()
         for attempt in range(1, SPAWN_TRIES + 1):
             missing = self._missing(refill)

@@ -44,8 +44,6 @@ ACT_NONE, ACT_SHRINK, ACT_SPAWN, ACT_REFILL, ACT_REGROUP = 0, 1, 2, 3, 4
 # Announce.action: respawn the missing roles; or refill: the spares used up (--refill-spares) and the lost
 # workers' replacements
 ACTION_NONE, ACTION_SPAWN, ACTION_REFILL = 0, 1, 2
-# the announcement of each respawn a Control header calls the workers into
-ANNOUNCED = {ACT_SPAWN: ACTION_SPAWN, ACT_REFILL: ACTION_REFILL}
 
 # stateless replay policies as they travel in a Hello
 POLICY_CODES = {"paper": 1, "mean": 2, "sequential": 3, "staleness": 4, "local": 5}

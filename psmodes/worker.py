@@ -55,7 +55,6 @@ from .messages import (
     ACT_SPAWN,
     ACTION_NONE,
     ACTION_REFILL,
-    ANNOUNCED,
     APPLY,
     DONE,
     FAILED,
@@ -559,7 +558,7 @@ class Worker:
                     tp.PeerFailed("leader reported the PS dead", MPI.ERR_PROC_FAILED), via="worker")
                 self._in_background(shrink, "shrink") if background else shrink()
             elif action in (ACT_SPAWN, ACT_REFILL):
-                self._in_background(ctx.respawn, "respawn") if background else ctx.respawn(ANNOUNCED[action])
+                self._in_background(ctx.respawn, "respawn") if background else ctx.respawn(action == ACT_REFILL)
             if not background and self._group_changed():  # a worker died (alone, or in the PS's repair)
                 self._regroup()
             # counted now: a reconnection that ends the run reports the outage's idle time at once
@@ -702,7 +701,7 @@ class Worker:
             return ACT_NONE
         if self.state.repair_due is not None:
             return ACT_SPAWN if time.monotonic() >= self.state.repair_due else ACT_NONE
-        return ACT_REFILL if self.ctx.refill_due() == ACTION_REFILL else ACT_NONE
+        return ACT_REFILL if self.ctx.refill_due() else ACT_NONE
 
     def _announce(self, action: int) -> int:
         """Announce the repair step ``action`` (from :meth:`_due_action`) to every survivor."""

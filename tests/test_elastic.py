@@ -79,18 +79,17 @@ def test_the_state_a_worker_keeps_commits_an_answer_and_restores_a_new_leader_fr
 def test_a_replacement_waits_the_restart_delay_and_a_spawn_the_settle_after_the_last_repair():
     """psmodes.context.refill_action, on the roles and the clocks alone."""
     from psmodes.context import refill_action
-    from psmodes.messages import ACTION_NONE, ACTION_REFILL
 
     ps, ev, w0, w1, w2 = Role("ps", 0), Role("evaluator", 0), *(Role("worker", i) for i in range(3))
     spare, spare1 = Role("spare", 0), Role("spare", 1)
     world, bare = [ps, ev, w0, w1, spare], [ps, ev, w0, w1]
     settling = dict(now=100.0, refill_after=102.0, replace_after=100.0)  # a repair just now, --restart-delay 0
     # worker2 lost, a spare left: in place now, no new world to wait for
-    assert refill_action(world, [w2], **settling) == ACTION_REFILL
+    assert refill_action(world, [w2], **settling) is True
     # within the restart delay: nothing, spare or not
-    assert refill_action(world, [w2], now=100.0, refill_after=0.0, replace_after=110.0) == ACTION_NONE
+    assert refill_action(world, [w2], now=100.0, refill_after=0.0, replace_after=110.0) is False
     # a spawn (no spare; or --refill-spares, the spare's successor) waits the settle
-    assert refill_action(bare, [w2], **settling) == ACTION_NONE
-    assert refill_action(world, [w2, spare1], **settling) == ACTION_NONE
-    assert refill_action(bare, [w2], now=102.0, refill_after=102.0, replace_after=100.0) == ACTION_REFILL
-    assert refill_action(world, [w2, spare1], now=102.0, refill_after=102.0, replace_after=100.0) == ACTION_REFILL
+    assert refill_action(bare, [w2], **settling) is False
+    assert refill_action(world, [w2, spare1], **settling) is False
+    assert refill_action(bare, [w2], now=102.0, refill_after=102.0, replace_after=100.0) is True
+    assert refill_action(world, [w2, spare1], now=102.0, refill_after=102.0, replace_after=100.0) is True
