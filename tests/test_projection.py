@@ -95,6 +95,7 @@ def test_a_runs_own_failure_times_are_replayed_with_the_injectors_deferral():
 
 def test_validation_sets_measured_runs_beside_their_prediction(tmp_path):
     """The plumbing of --validate on made-up run records (the real ones are the MTBF study's)."""
+    from launch.analysis.collect import collect
     from launch.experiments.project import ended_early, measured_from, validate
     from psmodes.config import RunConfig
 
@@ -114,8 +115,9 @@ def test_validation_sets_measured_runs_beside_their_prediction(tmp_path):
     (dead / "config.json").write_text(json.dumps(cfg.to_dict()))
     (dead / "summary.json").write_text(json.dumps({"completed": False, "exit_reason": "no copy survives", "ettr": 0.9,
                                                    "mode": "chain", "seed": 0}))
-    assert [(e["ended_early"], e["reason"]) for e in ended_early(tmp_path)] == [(1, "no copy survives")]
-    (row,) = validate(measured_from(ROOT / "reports" / "perf"), tmp_path)
+    aggs = collect(tmp_path)[1]
+    assert [(e["ended_early"], e["reason"]) for e in ended_early(aggs)] == [(1, "no copy survives")]
+    (row,) = validate(measured_from(ROOT / "reports" / "perf"), aggs)
     # the same runs as a sweep keeps them (reports/mtbf/finished.tar.xz), through the command
     from launch.experiments.kept import KeptArchive
 

@@ -188,14 +188,13 @@ def here(m: Measured, config: dict) -> Recovery | None:
                     lost_s=(k - 1) / 2 * m.step_s if mode == "chain" and k and k > 1 else 0.0)
 
 
-def validate(m: Measured, runs_dir: Path, seed: int = 0) -> list[dict]:
+def validate(m: Measured, aggs: list, seed: int = 0) -> list[dict]:
     """Each configuration of measured runs with --failures at the PS (the MTBF study): its ETTR as
     measured (mean and 95 % interval over its seeds) beside the simulation's for the same failure
     process over a run of the same length, fed with this machine's perf measurement; and beside the
     model's ETTR for the runs' own failure times (``same_arrivals``: the mean over its runs, the draw's
     noise left out, so what remains is the model's). A failure drawn during an outage lands at its end,
     as the injector's kill of the PS does (launch/analysis/projection.py, ``defer``)."""
-    _, aggs = collect(runs_dir)
     rows = []
     for agg in aggs:
         processes = parse_all(agg.config.get("failures") or [])
@@ -223,11 +222,11 @@ def validate(m: Measured, runs_dir: Path, seed: int = 0) -> list[dict]:
     return rows
 
 
-def ended_early(runs_dir: Path) -> list[dict]:
-    """The configurations of ``runs_dir`` with runs that did not complete (the MTBF study: a chain whose
+def ended_early(aggs: list) -> list[dict]:
+    """The configurations (``aggs``, from collect) with runs that did not complete (the MTBF study: a chain whose
     head and every replica died), which the validation cannot compare: the model has no such end."""
     out = []
-    for agg in collect(runs_dir)[1]:
+    for agg in aggs:
         failed = [r for r in agg.runs if r.status in ("failed", "diverged")]
         if failed and parse_all(agg.config.get("failures") or []):
             out.append({"configuration": agg.label, "runs": len([r for r in agg.runs if r.status != "incomplete"]),
@@ -272,7 +271,8 @@ def cmd_project(a: argparse.Namespace) -> int:
     checked = early = None
     if a.validate:
         with runs_at(a.validate) as runs:  # a folder of runs, or a sweep's kept archive (reports/mtbf)
-            checked, early = validate(m, runs, seed=a.seed), ended_early(runs)
+            aggs = collect(runs)[1]  # the measured runs' configurations, read once
+            checked, early = validate(m, aggs, seed=a.seed), ended_early(aggs)
     if a.validate and not checked:
         raise ConfigError(f"--validate {a.validate}: no runs with --failures at the PS of a mode the "
                           "measurement has (run benchmarks/sweeps/mtbf.toml)")
