@@ -223,8 +223,8 @@ def validate(m: Measured, aggs: list, seed: int = 0) -> list[dict]:
 
 
 def ended_early(aggs: list) -> list[dict]:
-    """The configurations (``aggs``, from collect) with runs that did not complete (the MTBF study: a chain whose
-    head and every replica died), which the validation cannot compare: the model has no such end."""
+    """The configurations (``aggs``, from collect) with runs that did not complete (the MTBF study: a chain
+    whose head and every replica died), which the validation cannot compare: the model has no such end."""
     out = []
     for agg in aggs:
         failed = [r for r in agg.runs if r.status in ("failed", "diverged")]
