@@ -93,6 +93,13 @@ class Context:
         self.refilling = False  # the announcement that came was ACTION_REFILL (read by respawn)
         self.refill_after = 0.0  # no refill that spawns before this (monotonic): REFILL_SETTLE_S after a repair
         self.replace_after = 0.0  # no lost worker's replacement before this: --restart-delay after the loss
+        # the worker indices a respawn gave to a new process (a spare or a spawned replacement) since the workers'
+        # group last took the world's workers (Worker._take_group): a worker that died inside a refill's spawn is
+        # replaced under its own index when it was the last (psmodes.elastic.replacements), so the indices alone
+        # do not show that the group changed (seen: 20 worker failures in 120 s, --refill-spares; the survivors
+        # kept the dead member's communicator, the replacement waited for them in MPI_Comm_create_group and the
+        # run ended at the peer timeout)
+        self.workers_replaced: set[int] = set()
         self.divergence = Divergence(self)  # a non-finite value, recorded once (psmodes/divergence.py)
         # a message of an older world generation, dropped with its payloads (psmodes.transport.Generations)
         transport.GENERATIONS.on_drop = lambda **what: self.log.emit(Ev.STALE_DROPPED, **what)
@@ -367,6 +374,7 @@ class Context:
                 self._shrink(exc, via="spawn", t_detect=min((d["t_seen"] for d in dead_spawned), default=None))
         seconds = time.monotonic() - t0
         self._action_req = None
+        self.workers_replaced |= {r.index for r in (*taken, *spawned_roles) if r.kind == "worker"}
         if any(r.kind != "spare" for r in spawned_roles):
             # the spawned replacements are still starting (psmodes.suspicion); a spare is warm, and
             # one spawned to refill the pool serves nobody

@@ -41,7 +41,10 @@ Worker points (``--kill-worker point:NAME``):
 
 - ``regroup_member``: a worker other than the leader, after the world's shrink
   of another worker's death and before the workers' own group is shrunk: a
-  second death inside the group's repair.
+  second death inside the group's repair;
+- ``refill_member``: the last worker (the highest index, not the leader), as a refill
+  starts and before it joins the survivors' spawn: its replacement, spawned in the
+  spawn's next attempt, takes its index again.
 """
 from __future__ import annotations
 
@@ -56,7 +59,7 @@ ENV = "PSBENCH_KILL_POINT"
 POINTS = ("apply", "send_weights", "checkpoint_write", "chain_forward", "replay", "takeover", "new_leader",
           "spawn", "in_spawn", "replacement_init")
 REPLICA_POINTS = ("tail_receive",)
-WORKER_POINTS = ("regroup_member",)
+WORKER_POINTS = ("regroup_member", "refill_member")
 
 
 def armed_from_env(value: str | None) -> dict[str, list[int]]:

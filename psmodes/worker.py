@@ -155,6 +155,7 @@ class Worker:
         # the leader's to find) voids the group's operations until the leader has every survivor regroup
         self.elastic = elastic.survivable(cfg)
         self.group = self._workers_in_world()  # the workers in self.comm
+        ctx.workers_replaced.clear()  # a spare that took this role: the refills it took part in made this group
         self.group_watch = tp.DeathWatch()
         self.group_broken: tp.PeerFailed | None = None
         self.t_group_lost = 0.0
@@ -303,13 +304,17 @@ class Worker:
         return [r.index for r in self.ctx.cluster.roles if r.kind == "worker"]
 
     def _group_changed(self) -> bool:
-        return self.group != self._workers_in_world()
+        return self.group != self._workers_in_world() or bool(self.ctx.workers_replaced & set(self.group))
 
     def _take_group(self) -> tuple[list[int], list[int]]:
         """The group becomes the workers the world holds now; returns the indices it lost and those it gained
-        (replacements)."""
+        (replacements). An index a respawn gave to a new process is both: its old holder is gone."""
         now = self._workers_in_world()
-        lost, joined, self.group = sorted(set(self.group) - set(now)), sorted(set(now) - set(self.group)), now
+        renewed = self.ctx.workers_replaced & set(self.group) & set(now)
+        lost = sorted(set(self.group) - set(now) | renewed)
+        joined = sorted(set(now) - set(self.group) | renewed)
+        self.group = now
+        self.ctx.workers_replaced.clear()
         return lost, joined
 
     def _regroup(self) -> None:
@@ -376,7 +381,7 @@ class Worker:
         self.batch, self.drawn = batch, 0
         if not cfg.is_async:  # async: every worker's step is its own batch
             self.samples_per_step = batch * size
-        if lost:
+        if set(lost) - set(joined):  # not those replaced already
             ctx.replace_later()
         if self.leader:
             self.t_short = self.t_short or self.t_group_lost or time.perf_counter()
@@ -558,6 +563,8 @@ class Worker:
                     tp.PeerFailed("leader reported the PS dead", MPI.ERR_PROC_FAILED), via="worker")
                 self._in_background(shrink, "shrink") if background else shrink()
             elif action in (ACT_SPAWN, ACT_REFILL):
+                if action == ACT_REFILL and not self.leader and self.index == max(self.group):
+                    killpoints.reached("refill_member", ctx)
                 self._in_background(ctx.respawn, "respawn") if background else ctx.respawn(action == ACT_REFILL)
             if not background and self._group_changed():  # a worker died (alone, or in the PS's repair)
                 self._regroup()

@@ -243,6 +243,24 @@ def test_a_worker_that_dies_inside_the_groups_repair_of_another_is_dropped_by_th
     assert not run_processes(out)
 
 
+def test_the_last_worker_killed_in_a_refills_spawn_is_replaced_under_its_index_and_the_group_made_again(tmp_path):
+    # the PS dies at 3 s and the spare takes its role; the refill of the spare (2 s later) loses worker1 before the
+    # spawn, so the spawn's next attempt starts a spare and worker1's replacement, under index 1 again. The world's
+    # workers are then [0, 1] as before: worker0 must still see its group changed (before, it kept the dead
+    # worker1's communicator while the replacement waited in MPI_Comm_create_group, and the run ended at the peer
+    # timeout: seen with 20 worker failures in 120 s under --refill-spares)
+    out, s = run_ok(tmp_path, *SYN, "--workers", "2", "--mode", "checkpoint", "--allreduce", "mpi",
+                    "--exchange", "blocking", "--spares", "1", "--refill-spares", "--duration", "10s",
+                    "--kill-ps", "3s", "--kill-worker", "point:refill_member")
+    assert [e["role"] for e in events(out, "killpoint")] == ["worker1"], events(out, "killpoint")
+    assert any("worker1" in r["spawned"] for r in s["refills"]), s["refills"]
+    assert [(e["lost"], e["joined"]) for e in events(out, "regrouped")] == [(["worker1"], ["worker1"])]
+    assert not [f for f in s["faults"] if not f["planned"]], s["faults"]
+    done = {e["who"] for e in events(out, "done")}
+    assert any(who.startswith("worker1-gen") for who in done), done  # the replacement trained to the end
+    assert not run_processes(out)
+
+
 def test_a_hung_worker_is_suspected_in_the_allreduce_fenced_and_the_others_go_on(tmp_path):
     out, s = run_ok(tmp_path, *SYN, "--workers", "3", "--mode", "chain", "--allreduce", "mpi", "--exchange", "blocking",
                     "--duration", "12s", "--hang-worker", "3s", "--no-replace-workers")
