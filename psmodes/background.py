@@ -2,7 +2,7 @@
 
 Used where a rank must keep polling (for a death, a suspicion, the leader's announcement)
 while something blocks: a collective without a timeout (``MPI_Comm_spawn``, in
-:meth:`psmodes.context.Context._bounded`), or an evaluation that an announcement abandons
+:meth:`psmodes.context.Context.bounded`), or an evaluation that an announcement abandons
 (:meth:`psmodes.evaluator.Evaluator._score_watched`).
 """
 from __future__ import annotations

@@ -36,6 +36,7 @@ from .suspicion import COLD_START_S, suspect_the_silent
 # a spawn or join still running this long after a member's death is known is given up (see respawn)
 STALL_GRACE_S = 3.0
 SPAWN_TRIES = 3  # a death during the spawn is repaired (shrink, spawn again) this many times in all
+JOIN_TRIES = 3  # a death while the workers' group is made again is repaired (shrink, make again) this many times
 # a replacement joins 3-4 s after it wrote its pid file (2 busy cores); one still in the spawn this
 # long after is stuck in MPI_Init. Seen (kill-point matrix, the chain head and tail killed 10 ms apart,
 # Open MPI 5.0.11, 1 run in 17): both replacements failed in MPI_Init ("OPAL ERROR: Not supported in
@@ -360,10 +361,10 @@ class Context:
                 spawned = (lambda: killpoints.reached("in_spawn", self, attempt=attempt)) if root else None
                 to_spawn = fill_from_spares(self.cluster.roles, missing)[2]
                 names = [r.in_generation(self.cluster.generation + 1) for r in to_spawn]  # respawn's generation
-                taken, spawned_roles = self._bounded(lambda: self.cluster.respawn(missing, self.cfg.run_dir, spawned,
-                                                                                  self._spawn_hosts),
-                                                     self.outage_timeout, "spawn",
-                                                     stalled_by=lambda: self._stalled(names, dead_spawned))
+                taken, spawned_roles = self.bounded(lambda: self.cluster.respawn(missing, self.cfg.run_dir, spawned,
+                                                                                 self._spawn_hosts),
+                                                    self.outage_timeout, "spawn",
+                                                    stalled_by=lambda: self._stalled(names, dead_spawned))
                 break
             except transport.PeerFailed as exc:
                 self.log.emit(Ev.SPAWN_FAILED, attempt=attempt, error=str(exc), spawning=[r.label for r in missing],
@@ -400,7 +401,7 @@ class Context:
         """Why the spawn of ``spawning`` may not end well, and how long it still gets (None: all is
         well): a member of the world died (:data:`STALL_GRACE_S`), or a replacement died before it
         joined (no time: added to ``dead_spawned``)."""
-        if self._death_noticed():
+        if self.death_noticed():
             return "a member died", STALL_GRACE_S
         dead = spawned_dead(self.cfg.run_dir, spawning, stuck_after_s=JOIN_STUCK_S)
         if dead:
@@ -410,7 +411,7 @@ class Context:
                     + (f" ({', '.join(stuck)} killed: stuck in MPI_Init for {JOIN_STUCK_S:.0f} s)" if stuck else "")), 0.0
         return None
 
-    def _death_noticed(self) -> bool:
+    def death_noticed(self) -> bool:
         """Whether a member of the world died, after driving MPI progress: ULFM takes in the
         runtime's notice of a death in the progress engine, and a thread blocked in a PMIx call
         drives none (seen: the survivors with no other MPI thread never learnt of the death,
@@ -449,7 +450,7 @@ class Context:
             stop.set()
 
     @staticmethod
-    def _bounded(fn, timeout: float, what: str, stalled_by=None):
+    def bounded(fn, timeout: float, what: str, stalled_by=None):
         """Run a blocking collective (MPI_Comm_spawn has no timeout of its own) on a helper
         thread; PeerTimeout if it has not returned in ``timeout`` s (the run is then hung).
         ``stalled_by``: polled meanwhile; once it has said (reason, grace), PeerFailed if the call

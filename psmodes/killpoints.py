@@ -44,7 +44,9 @@ Worker points (``--kill-worker point:NAME``):
   second death inside the group's repair;
 - ``refill_member``: the last worker (the highest index, not the leader), as a refill
   starts and before it joins the survivors' spawn: its replacement, spawned in the
-  spawn's next attempt, takes its index again.
+  spawn's next attempt, takes its index again;
+- ``join_member``: a worker other than the leader, as the group is made again with a
+  replacement and before it takes part in the creation (a death inside a join).
 """
 from __future__ import annotations
 
@@ -59,7 +61,7 @@ ENV = "PSBENCH_KILL_POINT"
 POINTS = ("apply", "send_weights", "checkpoint_write", "chain_forward", "replay", "takeover", "new_leader",
           "spawn", "in_spawn", "replacement_init")
 REPLICA_POINTS = ("tail_receive",)
-WORKER_POINTS = ("regroup_member", "refill_member")
+WORKER_POINTS = ("regroup_member", "refill_member", "join_member")
 
 
 def armed_from_env(value: str | None) -> dict[str, list[int]]:

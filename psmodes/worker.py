@@ -41,7 +41,8 @@ from . import elastic, killpoints, transport as tp
 from .allreduce import Allreducer
 from .background import Background
 from .mailbox import Mailbox
-from .context import Context, no_repair
+from .context import JOIN_TRIES, STALL_GRACE_S, Context, no_repair
+from .errors import RunFailed
 from .pidfiles import write_pid_file
 from .spare import retire as retire_spares
 from .suspicion import GroupSuspicion, Suspicion
@@ -86,7 +87,7 @@ class Worker:
         self.slowest_answer_s = 0.0  # the longest exchange with a live PS (sync: the leader's)
         self.index = ctx.cluster.me.index
         if worker_comm in (None, MPI.COMM_NULL):  # a replacement (psmodes/elastic.py): the group is made with it
-            worker_comm = MPI.COMM_SELF if cfg.is_async else self._make_group()
+            worker_comm = MPI.COMM_SELF if cfg.is_async else self._make_group_surviving()[0]
         self.comm = worker_comm
         self.comm.Set_errhandler(MPI.ERRORS_RETURN)
         self.ctrl_comm = worker_comm.Dup()
@@ -324,7 +325,14 @@ class Worker:
         ctx = self.ctx
         lost, joined = self._take_group()
         if joined:
-            comm = self._make_group()
+            if not self.leader and self.index not in joined:
+                killpoints.reached("join_member", ctx)
+            comm, shrunk = self._make_group_surviving()
+            if shrunk:
+                more, _ = self._take_group()
+                lost = sorted(set(lost + more))
+                if self.leader and self.state.repair_due is None and not ctx.refill_expected():
+                    ctx.announce(ACTION_NONE)  # nothing to spawn: complete the survivors' wait for the announcement
         else:
             if not self.leader:
                 killpoints.reached("regroup_member", ctx)
@@ -361,11 +369,34 @@ class Worker:
         c = self.ctx.cluster
         ranks = [rank for _, rank in sorted((role.index, rank) for rank, role in enumerate(c.roles)
                                             if role.kind == "worker")]
-        group = c.world.Get_group().Incl(ranks)
-        comm = self.ctx.watched(lambda: tp.call(c.world.Create_group, "make the workers' group", group),
-                                "workers' group")
+        group, ctx = c.world.Get_group().Incl(ranks), self.ctx
+
+        def stalled():  # a member died: the creation never returns (Open MPI 5.0.11), it is given up
+            return ("a member died", STALL_GRACE_S) if ctx.death_noticed() else None
+
+        comm = ctx.watched(lambda: ctx.bounded(lambda: tp.call(c.world.Create_group, "make the workers' group", group),
+                                               ctx.outage_timeout, "workers' group", stalled_by=stalled),
+                           "workers' group")
         comm.Set_errhandler(MPI.ERRORS_RETURN)
         return comm
+
+    def _make_group_surviving(self) -> tuple[MPI.Intracomm, bool]:
+        """:meth:`_make_group`, made again over the world's workers once a worker that died during the creation
+        was shrunk away (every survivor of the world takes part in that shrink: the PS and the other ranks are in
+        it already); the communicator, and whether the world was shrunk. Before, a worker that died while a
+        replacement joined hung the creation until the peer timeout (20 worker failures in 120 s, --refill-spares:
+        every mode lost runs so)."""
+        shrunk = False
+        for attempt in range(1, JOIN_TRIES + 1):
+            try:
+                return self._make_group(), shrunk
+            except tp.PeerFailed as exc:
+                if attempt == JOIN_TRIES:
+                    raise RunFailed(f"the workers' group could not be made {JOIN_TRIES} times, the last time: {exc}") \
+                        from None
+                self.ctx.after_failure(exc, via=f"worker{self.index}")  # RunFailed where the run cannot go on
+                shrunk = True
+        raise AssertionError("unreachable")
 
     def _reshard(self, lost: list[int], joined: list[int]) -> None:
         """After the group lost the workers ``lost`` and gained ``joined``: this worker's shard of the data
