@@ -49,6 +49,19 @@ class Cluster:
     def generation(self, value: int) -> None:
         transport.GENERATIONS.current = value
 
+    def agree_generation(self) -> None:
+        """Collective over the world, before each attempt of a respawn: take the newest generation any member has
+        reached. A member that missed a failed attempt counts one fewer: seen, a spare spawned by the previous
+        refill was still starting when a worker died inside the next refill's spawn; it learnt of the death
+        later, shrank with the others and joined their second attempt as its first. Its replacements' names
+        and the new world's (:func:`join`, ``psbench.world.<generation>``) then differed from the others', so
+        every replacement waited in its MPI_Init for a world that was never made until the run ended (20
+        worker failures in 120 s, --restart-delay 0, every mode). A buffer, not a pickled object (nothing
+        from the network is unpickled)."""
+        newest = np.array([self.generation], dtype=np.int64)
+        transport.call(self.world.Allreduce, "agree on the generation", MPI.IN_PLACE, newest, op=MPI.MAX)
+        self.generation = int(newest[0])
+
     # ---- lookups
     def rank_of(self, kind: str, index: int = 0) -> int | None:
         for rank, role in enumerate(self.roles):

@@ -356,6 +356,8 @@ class Context:
             root = self.cluster.me.kind == "ps" and bool(missing)  # the spawn's root
             dead_spawned: list[dict] = []  # replacements of this attempt that died before joining
             try:
+                self.bounded(self.cluster.agree_generation, self.outage_timeout, "agree on the generation",
+                             stalled_by=self.member_died)
                 if root:
                     killpoints.reached("spawn", self, attempt=attempt, missing=[r.label for r in missing])
                 spawned = (lambda: killpoints.reached("in_spawn", self, attempt=attempt)) if root else None
@@ -401,8 +403,8 @@ class Context:
         """Why the spawn of ``spawning`` may not end well, and how long it still gets (None: all is
         well): a member of the world died (:data:`STALL_GRACE_S`), or a replacement died before it
         joined (no time: added to ``dead_spawned``)."""
-        if self.death_noticed():
-            return "a member died", STALL_GRACE_S
+        if (died := self.member_died()) is not None:
+            return died
         dead = spawned_dead(self.cfg.run_dir, spawning, stuck_after_s=JOIN_STUCK_S)
         if dead:
             dead_spawned[:] = dead
@@ -410,6 +412,12 @@ class Context:
             return (f"{', '.join(d['name'] for d in dead)} died before joining"
                     + (f" ({', '.join(stuck)} killed: stuck in MPI_Init for {JOIN_STUCK_S:.0f} s)" if stuck else "")), 0.0
         return None
+
+    def member_died(self) -> tuple[str, float] | None:
+        """For :meth:`bounded`'s ``stalled_by``: a collective that a member's death may keep from returning
+        (a spawn, a join, making the workers' group) is given up :data:`STALL_GRACE_S` after the death is
+        known."""
+        return ("a member died", STALL_GRACE_S) if self.death_noticed() else None
 
     def death_noticed(self) -> bool:
         """Whether a member of the world died, after driving MPI progress: ULFM takes in the

@@ -41,7 +41,7 @@ from . import elastic, killpoints, transport as tp
 from .allreduce import Allreducer
 from .background import Background
 from .mailbox import Mailbox
-from .context import JOIN_TRIES, STALL_GRACE_S, Context, no_repair
+from .context import JOIN_TRIES, Context, no_repair
 from .errors import RunFailed
 from .pidfiles import write_pid_file
 from .spare import retire as retire_spares
@@ -370,12 +370,9 @@ class Worker:
         ranks = [rank for _, rank in sorted((role.index, rank) for rank, role in enumerate(c.roles)
                                             if role.kind == "worker")]
         group, ctx = c.world.Get_group().Incl(ranks), self.ctx
-
-        def stalled():  # a member died: the creation never returns (Open MPI 5.0.11), it is given up
-            return ("a member died", STALL_GRACE_S) if ctx.death_noticed() else None
-
+        # a member's death keeps the creation from returning (Open MPI 5.0.11): it is given up
         comm = ctx.watched(lambda: ctx.bounded(lambda: tp.call(c.world.Create_group, "make the workers' group", group),
-                                               ctx.outage_timeout, "workers' group", stalled_by=stalled),
+                                               ctx.outage_timeout, "workers' group", stalled_by=ctx.member_died),
                            "workers' group")
         comm.Set_errhandler(MPI.ERRORS_RETURN)
         return comm

@@ -29,6 +29,16 @@ def test_a_header_taken_by_a_withdrawn_receive_is_received_next_and_in_order():
     assert "received 7@1 8@1" in proc.stdout, proc.stdout + proc.stderr
 
 
+def test_a_member_one_generation_behind_takes_the_newest_before_a_respawn():
+    """A spare still starting when a refill's first attempt failed joined the second as its first, one
+    generation behind: its replacements' names and the new world's differed from the others' and every
+    replacement waited in MPI_Init until the run ended (20 worker failures, --restart-delay 0)."""
+    proc = two_ranks("generation_ranks.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(line for line in proc.stdout.splitlines() if line.startswith("rank")) == [
+        "rank 0 generation 4 stamped 4", "rank 1 generation 4 stamped 4"], proc.stdout + proc.stderr
+
+
 def test_a_paced_wait_wakes_up_less_and_still_takes_the_message_soon():
     """The PS and strict-chain replicas wait for messages that come at a steady pace; their polling
     took the cores the workers need (psmodes.transport.Pacer). A 20 ms pace: the paced waits must
