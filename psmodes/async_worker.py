@@ -29,7 +29,7 @@ from .async_server import staleness_lr_scale
 from .context import RespawnNow, no_repair
 from .events import Ev
 from .flatparams import digest
-from .messages import ACTION_NONE, ACTION_REFILL, DONE, FAILED, POLICY_CODES, RUNNING, Answer, Grad, Hello
+from .messages import ACTION_REFILL, DONE, FAILED, POLICY_CODES, RUNNING, Answer, Grad, Hello
 from .suspicion import Suspicion
 from .worker import Worker
 
@@ -195,8 +195,7 @@ class AsyncWorker(Worker):
         if ctx.cluster.ps is None:  # the PS was down already: its respawn is announced again when due
             self.state.repair_due = self.state.repair_due or time.monotonic() + ctx.cfg.restart_delay_s
             return
-        if self.leader and self.state.repair_due is None and not ctx.refill_expected():
-            ctx.announce(ACTION_NONE)  # nothing to spawn: complete the survivors' wait for the announcement
+        self._announce_no_repair()
         self._hello()
 
     def _ps_lost(self, exc: tp.PeerFailed, t_send: float, shrunk: bool = False) -> None:

@@ -235,8 +235,8 @@ class Context:
 
     def refill_due(self) -> bool:
         """The leader, with training running: whether to announce the refill now (:func:`refill_action`)."""
-        return self.refill_expected() and refill_action(self.cluster.roles, self._missing(True), time.monotonic(), self.refill_after,
-                             self.replace_after)
+        return self.refill_expected() and refill_action(self.cluster.roles, self._missing(True), time.monotonic(),
+                                                        self.refill_after, self.replace_after)
 
     def settle_refill(self) -> None:
         """No refill that spawns before REFILL_SETTLE_S from now (after a repair or the leader's recovery)."""

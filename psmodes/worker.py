@@ -328,26 +328,22 @@ class Worker:
             if not self.leader and self.index not in joined:
                 killpoints.reached("join_member", ctx)
             comm, shrunk = self._make_group_surviving()
-            if shrunk:
-                more, _ = self._take_group()
-                lost = sorted(set(lost + more))
-                if self.leader and self.state.repair_due is None and not ctx.refill_expected():
-                    ctx.announce(ACTION_NONE)  # nothing to spawn: complete the survivors' wait for the announcement
         else:
             if not self.leader:
                 killpoints.reached("regroup_member", ctx)
             comm = ctx.watched(lambda: tp.call(self.comm.Shrink, "shrink the workers' group"), "workers' shrink")
             comm.Set_errhandler(MPI.ERRORS_RETURN)
-            if comm.Get_size() < len(self.group):
+            shrunk = comm.Get_size() < len(self.group)
+            if shrunk:
                 # another worker died after the world's shrink and before this one: the world drops it too, so
                 # that both agree (seen: two workers killed 0.1 s apart; the group of one against the world's
                 # two ended the run with the ProtocolError below)
                 ctx.after_failure(tp.PeerFailed("a worker died during the workers' shrink", MPI.ERR_PROC_FAILED),
                                   via=f"worker{self.index}")
-                more, _ = self._take_group()
-                lost = sorted(lost + more)
-                if self.leader and self.state.repair_due is None and not ctx.refill_expected():
-                    ctx.announce(ACTION_NONE)  # nothing to spawn: complete the survivors' wait, as after the first
+        if shrunk:  # the world was shrunk again, as after the first death
+            more, _ = self._take_group()
+            lost = sorted(set(lost + more))
+            self._announce_no_repair()
         self.comm, self.ctrl_comm = comm, comm.Dup()
         self.ctrl_comm.Set_errhandler(MPI.ERRORS_RETURN)
         self.allreducer = Allreducer(ctx.cfg.allreduce, comm, ctx.device)
@@ -361,6 +357,13 @@ class Worker:
             # the next worker leading from _follow_actions, which would have said Hello with a version it never held
             # (-1: the PS takes that for the run's first contact). Found reading the code, not in a run
             self._take_the_lead()
+
+    def _announce_no_repair(self) -> None:
+        """The leader, after a shrink that leaves nothing to spawn (no PS repair due, no refill expected): complete
+        the survivors' wait for the announcement, a collective that would otherwise stand before the final barrier
+        (seen: it waited out its 30 s)."""
+        if self.leader and self.state.repair_due is None and not self.ctx.refill_expected():
+            self.ctx.announce(ACTION_NONE)
 
     def _make_group(self) -> MPI.Intracomm:
         """The workers' communicator made over the world (MPI_Comm_create_group: collective over the workers
@@ -495,8 +498,7 @@ class Worker:
         if not self.state.ps_up:  # the PS is down too: the respawn is announced in _lead once the delay has passed
             self._set_ctrl(False)
             return
-        if self.state.repair_due is None and not ctx.refill_expected():
-            ctx.announce(ACTION_NONE)  # nothing to spawn: complete the survivors' wait for the announcement
+        self._announce_no_repair()
         self._connect_and_steer(pending=False)
 
     def _send_ctrl_elastic(self) -> None:
@@ -582,10 +584,7 @@ class Worker:
                     # survivors shrank a dead worker; the leader then sent a gradient to no PS)
                     self._ps_lost(tp.PeerFailed("the PS died in the workers' repair", MPI.ERR_PROC_FAILED),
                                   time.time(), 0.0, shrunk=True)
-                if self.leader and self.state.repair_due is None and not ctx.refill_expected():
-                    # nothing to spawn: complete the survivors' wait for the announcement, a collective
-                    # that would otherwise stand before the final barrier (seen: it waited out its 30 s)
-                    ctx.announce(ACTION_NONE)
+                self._announce_no_repair()
             elif action == ACT_SHRINK:
                 shrink = lambda: ctx.after_failure(  # noqa: E731
                     tp.PeerFailed("leader reported the PS dead", MPI.ERR_PROC_FAILED), via="worker")
