@@ -27,11 +27,73 @@ SCRATCH = Path("/dev/shm")
 SCRATCH_FREE = 4 << 30
 
 
+# The matrix: cases that repeat another case of the suite in one more mode or variant, on the same code
+# path. `make test` (CI) leaves them out, `make test-all` runs them too. Each real run costs 15-40 s, most of
+# it the ranks' start-up (import torch: 2.5-3.5 s of CPU each, 4-6 ranks on 2 cores); with every case the
+# suite had grown to 62 minutes (CI, stop 55), past its 50. What stays in `make test`: each kill and hang
+# point once (in the mode whose code it reaches), each mode's promise in test_recovery, test_consistency and
+# the kill points, and the variants whose code differs (sync/async, local/global batch). psbench chaos covers
+# the modes x kinds x points at random on top.
+MATRIX = {
+    "tests/test_killpoints.py::test_kill_point[checkpoint-a-apply]",
+    "tests/test_killpoints.py::test_kill_point[checkpoint-b-send_weights]",
+    "tests/test_killpoints.py::test_kill_point[checkpoint-g-replacement_at_once]",
+    "tests/test_killpoints.py::test_kill_point[chain-a-apply]",
+    "tests/test_killpoints.py::test_kill_point[chain-b-send_weights]",
+    "tests/test_killpoints.py::test_kill_point[chain-f-takeover]",
+    "tests/test_killpoints.py::test_kill_point[chain-g-promoted_head_at_once]",
+    "tests/test_killpoints.py::test_kill_point[stateless-a-apply]",
+    "tests/test_killpoints.py::test_kill_point[stateless-b-send_weights]",
+    "tests/test_killpoints.py::test_kill_point[stateless-f-takeover]",
+    "tests/test_killpoints.py::test_kill_point[hybrid-b-send_weights]",
+    "tests/test_killpoints.py::test_kill_point_async[checkpoint-b-send_weights]",
+    "tests/test_killpoints.py::test_kill_point_async[chain-a-apply]",
+    "tests/test_killpoints.py::test_hang_point[checkpoint-c-checkpoint_write]",
+    "tests/test_killpoints.py::test_hang_point[stateless-b-send_weights]",
+    "tests/test_killpoints.py::test_hang_point[chain-i-tail_in_forward]",
+    "tests/test_killpoints.py::test_optimizer_state_and_model_buffers_in_checkpoints_and_the_hand_over[stateless]",
+    "tests/test_recovery.py::test_three_kills_each_hit_the_replacement[checkpoint]",
+    "tests/test_recovery.py::test_three_kills_each_hit_the_replacement[stateless]",
+    "tests/test_recovery.py::test_stateless_replay_policies[paper]",
+    "tests/test_recovery.py::test_stateless_replay_policies[mean]",
+    "tests/test_recovery.py::test_stateless_replay_policies[staleness]",
+    "tests/test_consistency.py::test_async_survives_ps_kill[checkpoint]",
+    "tests/test_consistency.py::test_async_survives_ps_kill[chain]",
+    "tests/test_consistency.py::test_bounded_stateless_replay_policies[sequential]",
+    "tests/test_hangs.py::test_a_hung_ps_is_suspected_fenced_and_replaced[checkpoint]",
+    "tests/test_hangs.py::test_a_hung_ps_is_suspected_fenced_and_replaced[stateless]",
+    "tests/test_hybrid.py::test_hybrid_loses_nothing_when_the_head_dies_between_replications[blocking]",
+    "tests/test_launchers.py::test_job_restart_after_a_ps_kill[no-ulfm]",
+    "tests/test_node_loss.py::test_the_ps_host_lost_with_its_daemon_is_repaired_in_place[stateless]",
+    "tests/test_node_loss.py::test_the_ps_host_lost_with_its_daemon_is_repaired_in_place[hybrid]",
+    "tests/test_trust.py::test_the_hung_replica_of_a_chain_of_two_is_the_one_fenced[replica2-1]",
+    "tests/test_failures.py::test_worker_sigkill_ends_the_run_cleanly_and_promptly[async]",
+    "tests/test_failures.py::test_a_hung_async_or_bounded_worker_is_fenced_and_the_others_go_on[bounded:1-2-4.5]",
+}
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest's tmp_path plugin reads the option
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: runs a real multi-rank job for tens of seconds")
+    config.addinivalue_line("markers", "matrix: one more mode or variant of a case the suite runs (conftest.MATRIX)")
     if config.option.basetemp is None and _is_tmpfs_with(SCRATCH, SCRATCH_FREE):
         config.option.basetemp = str(_session_scratch(SCRATCH / f"psbench-tests-{os.getuid()}"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the MATRIX's cases (before ``-m`` deselects: pytest's own hook runs after a conftest's). A name in
+    MATRIX that no longer names a test is an error where its whole file was collected, so that a renamed case
+    does not slip back into `make test` unseen."""
+    ids = {item.nodeid for item in items}
+    for item in items:
+        if item.nodeid in MATRIX:
+            item.add_marker(pytest.mark.matrix)
+    if any("::" in str(arg) for arg in config.args):
+        return  # single tests named: their files are not whole
+    files = {nodeid.split("::")[0] for nodeid in ids}
+    stale = sorted(n for n in MATRIX - ids if n.split("::")[0] in files)
+    if stale:
+        raise pytest.UsageError(f"tests/conftest.py MATRIX names no test: {', '.join(stale)}; rename it there too")
 
 
 def _session_scratch(root: Path) -> Path:
