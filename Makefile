@@ -2,6 +2,7 @@
 VENV ?= .venv
 PSBENCH = $(VENV)/bin/psbench
 PYTEST_ARGS ?=
+PYTEST = $(VENV)/bin/python -m pytest -v -rs --durations=30
 
 .PHONY: setup setup-runtime demo paper perf test test-all test-quick doctor clean
 
@@ -27,11 +28,11 @@ perf: setup
 # CI's: the suite without the matrix (tests/conftest.py MATRIX: the same cases in more modes), about 50 min on
 # 2 cores; the 30 slowest tests are listed at the end
 test: setup
-	$(VENV)/bin/python -m pytest -v -rs --durations=30 -m "not matrix" $(PYTEST_ARGS)
+	$(PYTEST) -m "not matrix" $(PYTEST_ARGS)
 
 # every case, the matrix too: about 62 min on 2 cores
 test-all: setup
-	$(VENV)/bin/python -m pytest -v -rs --durations=30 $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
 
 test-quick: setup
 	$(VENV)/bin/python -m pytest -v -m "not slow and not matrix" $(PYTEST_ARGS)

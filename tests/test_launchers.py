@@ -42,9 +42,9 @@ def test_job_restart_after_a_ps_kill(tmp_path, ulfm, fault):
     restart can recover from that, and does, from the newest checkpoint."""
     # node loss: the restarted job starts ~10 s after the kill here (the restart delay, mpirun, four imports); with
     # the kill at 5 s of 16 it had trained for nothing on a slow machine (CI, stop 55: no recovery to report)
+    duration, at = ("30s", "5s") if fault == "--kill-ps" else ("18s", "3s")
     out, s = run_ok(tmp_path, *SYN, "--mode", "checkpoint", "--recovery", "job-restart", "--checkpoint-every", "50",
-                    "--duration", "30s" if fault == "--kill-ps" else "18s", fault, "5s" if fault == "--kill-ps" else "3s",
-                    *([] if ulfm else ["--no-ulfm"]))
+                    "--duration", duration, fault, at, *([] if ulfm else ["--no-ulfm"]))
     if fault == "--kill-node":
         (kill,) = events(out, "kill")
         assert {o["role"] for o in kill["node"]} >= {"worker0", "worker1"} and s["faults"][0]["kind"] == "node"
