@@ -9,7 +9,7 @@ import pytest
 
 from conftest import events, run_ok
 
-SYN = ["--benchmark", "synthetic", "--model-params", "200000", "--workers", "3", "--eval-interval", "1s",
+SYN = ["--benchmark", "synthetic", "--model-params", "200000", "--workers", "3", "--no-evaluator",
        "--restart-delay", "2s"]
 
 

@@ -18,7 +18,7 @@ import torch
 
 from conftest import PSBENCH, ROOT, events, psbench, run_ok
 
-SYN = ["--benchmark", "synthetic", "--model-params", "200000", "--workers", "2", "--eval-interval", "1s",
+SYN = ["--benchmark", "synthetic", "--model-params", "200000", "--workers", "2", "--no-evaluator",
        "--restart-delay", "1s"]
 
 
@@ -340,7 +340,9 @@ def test_a_hung_async_or_bounded_worker_is_fenced_and_the_others_go_on(tmp_path,
     fences = events(out, "fence", "launcher")
     assert [f["role"] for f in fences] == [f"worker{hung}"], fences
     others = [f"the PS's answer to worker{i}" for i in range(3) if i != hung]
-    assert fences[0]["what"] in ("the worker's next gradient", *others), fences
+    # or the PS, whose send of the hung worker's answer never completes (CI 2026-12-07: async, worker0)
+    receipt = f"worker{hung}'s receipt of its answer"
+    assert fences[0]["what"] in ("the worker's next gradient", receipt, *others), fences
     hang = next(f for f in s["faults"] if f["kind"] == "hang")
     assert hang["fenced_s"] - hang["t_s"] < fenced_within_s, hang  # --suspect-after 3 s
     assert [(e["lost"], e["size"]) for e in events(out, "regrouped")] == [([f"worker{hung}"], 2)]

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import PSBENCH, ROOT, events, mpirun_log, run_ok
 
-SYN = ["--benchmark", "synthetic", "--model-params", "200000", "--workers", "2", "--eval-interval", "1s",
+SYN = ["--benchmark", "synthetic", "--model-params", "200000", "--workers", "2", "--no-evaluator",
        "--restart-delay", "2s"]
 SUSPECT_S = 2.0
 

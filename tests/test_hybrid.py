@@ -9,7 +9,7 @@ import torch
 from conftest import events, run_ok
 from psmodes.modes.hybrid import UpstreamBackup
 
-SYN = ["--benchmark", "synthetic", "--model-params", "200000", "--workers", "2", "--eval-interval", "1s",
+SYN = ["--benchmark", "synthetic", "--model-params", "200000", "--workers", "2", "--no-evaluator",
        "--restart-delay", "2s"]
 
 
