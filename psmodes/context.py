@@ -144,14 +144,20 @@ class Context:
         own; the workers are told by the leader.
 
         If the leader's respawn announcement had already arrived, the leader is
-        in the spawn, where it sees the same death and shrinks too (see
-        :meth:`respawn`): this rank then raises :class:`RespawnNow` after the
-        shrink and joins the spawn again instead of waiting for an announcement.
+        in the spawn, where it sees the same death, shrinks too and announces the
+        respawn again (see :meth:`respawn`): this rank takes that announcement after
+        the shrink, raises :class:`RespawnNow` and joins the spawn.
         """
         announced = self._announced()
         dead = self._shrink(exc, via)
         if announced:
             self._action_req = None
+            while True:  # as the ranks in the spawn do after their shrink (respawn), a death meanwhile too
+                try:
+                    self.announce_again(self.refilling)
+                    break
+                except transport.PeerFailed as again:
+                    self._shrink(again, via)
             raise RespawnNow()
         self._post_action()
         return dead
@@ -296,6 +302,24 @@ class Context:
             self._action_buf[:] = 0
             self._action_req = self.cluster.world.Ibcast(self._action_buf, root=self.cluster.leader)
 
+    def announce_again(self, refill: bool) -> None:
+        """After a shrink inside a respawn (or of a rank the announcement had reached before it got there):
+        the leader announces the respawn again and every other survivor takes that announcement, so that
+        a member the first one never reached joins too. Before, such a member (a spare spawned by the
+        previous refill, still starting when a worker's death cut the leader's broadcast: 20 worker
+        failures in 120 s, chain, --restart-delay 0) waited for an announcement while the others waited
+        for it in the next attempt's agreement, and the run ended at the outage timeout. A member that
+        missed the first announcement takes this one where it waits for one (:meth:`after_failure` posted
+        the wait), and joins :meth:`respawn` from its start."""
+        if self.cluster.rank == self.cluster.leader:
+            self.announce(ACTION_REFILL if refill else ACTION_SPAWN)
+            return
+        self._post_action()
+        transport.wait(self._action_req, self.outage_timeout, "wait for the respawn's announcement again")
+        self._action_req = None
+        if not self._took_announcement():
+            raise RunFailed("the respawn was called off after a death in it (the leader announced no repair)")
+
     def announce(self, action: int = ACTION_SPAWN) -> None:
         """Leader only: tell every survivor to join :meth:`respawn` now (or, with
         ACTION_NONE at the end of a run, that no repair will come)."""
@@ -303,6 +327,8 @@ class Context:
         self.refilling = action == ACTION_REFILL
         req = self.cluster.world.Ibcast(self._action_buf, root=self.cluster.leader)
         transport.wait(req, self.peer_timeout, "announce respawn")
+        if action != ACTION_NONE:
+            killpoints.reached("announced", self, action=action)
 
     def idle(self) -> None:
         """Between polls: raise RespawnNow once the leader's announcement arrived."""
@@ -333,7 +359,8 @@ class Context:
         starting: MPI_Comm_spawn fails with ERR_PROC_FAILED, or making the new
         world fails, see :func:`~psmodes.cluster.join`) is repaired like any
         other: the survivors shrink the world again (a chain replica may become
-        the head) and spawn what is missing now, up to :data:`SPAWN_TRIES`
+        the head), the leader announces the respawn again (:meth:`announce_again`) and they
+        spawn what is missing now, up to :data:`SPAWN_TRIES`
         attempts in all, each bounded by the outage timeout. Open MPI 5.0.11 does not always
         fail the new world's construction: when the root died right after its spawn returned,
         some survivors' PMIx group construction waited for it for good (in most runs on a
@@ -356,6 +383,8 @@ class Context:
             root = self.cluster.me.kind == "ps" and bool(missing)  # the spawn's root
             dead_spawned: list[dict] = []  # replacements of this attempt that died before joining
             try:
+                if attempt > 1:
+                    self.announce_again(refill)
                 self.bounded(self.cluster.agree_generation, self.outage_timeout, "agree on the generation",
                              stalled_by=self.member_died)
                 if root:

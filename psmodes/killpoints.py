@@ -46,7 +46,10 @@ Worker points (``--kill-worker point:NAME``):
   starts and before it joins the survivors' spawn: its replacement, spawned in the
   spawn's next attempt, takes its index again;
 - ``join_member``: a worker other than the leader, as the group is made again with a
-  replacement and before it takes part in the creation (a death inside a join).
+  replacement and before it takes part in the creation (a death inside a join);
+- ``announced``: the leader, once its announcement of a respawn or refill reached every
+  survivor and before its control header says so to the workers (they learn of the
+  respawn from the announcement alone).
 """
 from __future__ import annotations
 
@@ -61,7 +64,7 @@ ENV = "PSBENCH_KILL_POINT"
 POINTS = ("apply", "send_weights", "checkpoint_write", "chain_forward", "replay", "takeover", "new_leader",
           "spawn", "in_spawn", "replacement_init")
 REPLICA_POINTS = ("tail_receive",)
-WORKER_POINTS = ("regroup_member", "refill_member", "join_member")
+WORKER_POINTS = ("regroup_member", "refill_member", "join_member", "announced")
 
 
 def armed_from_env(value: str | None) -> dict[str, list[int]]:

@@ -41,7 +41,7 @@ from . import elastic, killpoints, transport as tp
 from .allreduce import Allreducer
 from .background import Background
 from .mailbox import Mailbox
-from .context import JOIN_TRIES, Context, no_repair
+from .context import JOIN_TRIES, Context, RespawnNow, no_repair
 from .errors import RunFailed
 from .pidfiles import write_pid_file
 from .spare import retire as retire_spares
@@ -490,7 +490,13 @@ class Worker:
         ctx.log.emit(Ev.DETECT, via=f"worker{self.index}", error=str(exc), t_detect=time.time(),
                      dead=[r.label for r in ctx.failed_roles() if r.kind == "worker"], version=self.ctrl.version,
                      role=f"worker{self.index}")
-        ctx.after_failure(exc, via=f"worker{self.index}")  # RunFailed where the run cannot go on
+        try:
+            ctx.after_failure(exc, via=f"worker{self.index}")  # RunFailed where the run cannot go on
+        except RespawnNow:
+            # the dead leader had announced a respawn or refill (every other rank is in it) and died before its
+            # header said so: join it here. Its new processes are in the world the regroup sees, and a new
+            # leader finds the PS up again (kill point 'announced'; before, RespawnNow ended this worker)
+            ctx.respawn()
         self._regroup()
         if not self.leader:
             return

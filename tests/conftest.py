@@ -84,6 +84,10 @@ MATRIX = {
     "tests/test_launchers.py::test_job_restart_after_a_ps_kill[ulfm]",
     "tests/test_killpoints.py::test_kill_point[chain-d-chain_forward]",
     "tests/test_recovery.py::test_three_kills_each_hit_the_replacement[chain-R2]",
+    # not a repeat: head and tail dead before the first death is seen. Its two replacements meet Open MPI's stuck
+    # MPI_Init (1 run in 17), once followed by a next spawn that never returned (docs/openmpi.md item 5), which
+    # psbench cannot repair; CI leaves it to make test-all
+    "tests/test_killpoints.py::test_kill_point[chain-g-head_and_tail_10ms]",
 }
 
 

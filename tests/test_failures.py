@@ -179,6 +179,26 @@ def test_the_leader_dies_while_the_ps_is_down_and_the_next_worker_takes_over_its
     assert not run_processes(out)
 
 
+def test_the_leader_killed_between_its_respawn_announcement_and_its_header_is_followed_into_the_respawn(tmp_path):
+    # the PS dies at 3 s; the leader announces its respawn (every other rank enters it) and dies before its header
+    # tells the workers (kill point 'announced'). The workers learn of the respawn from the announcement alone:
+    # they shrink, worker1 announces it again, the others take that (Context.announce_again), and all join the
+    # spawn; worker1 then leads and says Hello to the new PS (before: RespawnNow, uncaught, ended the workers)
+    out, s = run_ok(tmp_path, *SYN, "--workers", "3", "--mode", "checkpoint", "--allreduce", "mpi",
+                    "--exchange", "blocking", "--duration", "12s", "--kill-ps", "3s", "--kill-worker", "point:announced",
+                    "--no-replace-workers")
+    assert [(e["role"], e["point"]) for e in events(out, "killpoint")] == [("worker0", "announced")]
+    assert [k["role"] for k in s["kills"]] == ["ps", "worker0"]
+    respawned = {e["who"] for e in events(out, "respawned")}
+    assert {"worker1", "worker2"} <= respawned, respawned
+    hello = [e for e in events(out, "hello") if e["leader_version"] >= 0][0]
+    assert hello["who"] != "ps" and hello["leader"] == 1, hello
+    assert not [f for f in s["faults"] if not f["planned"]], s["faults"]
+    done = {e["who"]: e["digest"] for e in events(out, "done") if "digest" in e}
+    assert done["worker1"] == done["worker2"] == done[next(w for w in done if w.startswith("ps"))], done
+    assert not run_processes(out)
+
+
 @pytest.mark.parametrize("consistency, mode", [("sync", "checkpoint"), ("async", "stateless")])
 def test_a_lost_worker_is_replaced_by_a_spare_then_by_a_spawned_process(tmp_path, consistency, mode):
     # worker2 dies; after the restart delay the spare takes its place in place (no spawn), as worker2 of the

@@ -95,6 +95,10 @@ class Injector:
             self.points.remove(match)
         info = {"pid": event["pid"], "host": event.get("host") or "localhost", "rank": None,
                 "generation": event.get("generation")}
+        if match.target.startswith("worker") and event.get("role"):
+            # a worker point names no index (the leader at 'announced', any non-leader at 'join_member'): the
+            # record names the worker that stopped there, not the target's default (the last worker)
+            match.target = event["role"]
         self._fire(info, match, None, event.get("version"), extra={"point": event.get("point")})
 
     def fence(self, suspect: dict) -> None:
