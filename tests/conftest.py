@@ -31,11 +31,11 @@ SCRATCH_FREE = 4 << 30
 # The matrix: cases that repeat another case of the suite in one more mode or variant, on the same code
 # path. `make test` (CI) leaves them out, `make test-all` runs them too. Each real run costs 15-40 s, most of
 # it the ranks' start-up (import torch: 2.5-3.5 s of CPU each, 4-6 ranks on 2 cores); with every case the
-# suite had grown to 62 minutes (CI, stop 55), past its 50; with the matrix left out, 49 minutes of tests and
-# 53 in all (CI, stop 56), so more cases moved here and the runs that need no evaluator start none. What stays in `make test`: each kill and hang
-# point once (in the mode whose code it reaches), each mode's promise in test_recovery, test_consistency and
-# the kill points, and the variants whose code differs (sync/async, local/global batch). psbench chaos covers
-# the modes x kinds x points at random on top.
+# suite had grown to 62 minutes (CI, 2026-12-07), past its 50; with the matrix left out, 49 minutes of tests
+# and 53 in all (CI, 2026-12-07 evening), so more cases moved here and the runs that need no evaluator start
+# none. What stays in `make test`: each kill and hang point once (in the mode whose code it reaches), each
+# mode's promise in test_recovery, test_consistency and the kill points, and the variants whose code differs
+# (sync/async, local/global batch). psbench chaos covers the modes x kinds x points at random on top.
 MATRIX = {
     "tests/test_killpoints.py::test_kill_point[checkpoint-a-apply]",
     "tests/test_killpoints.py::test_kill_point[checkpoint-b-send_weights]",
@@ -71,7 +71,7 @@ MATRIX = {
     "tests/test_trust.py::test_the_hung_replica_of_a_chain_of_two_is_the_one_fenced[replica2-1]",
     "tests/test_failures.py::test_worker_sigkill_ends_the_run_cleanly_and_promptly[async]",
     "tests/test_failures.py::test_a_hung_async_or_bounded_worker_is_fenced_and_the_others_go_on[bounded:1-2-4.5]",
-    # stop 56 (CI 49 min of tests, past 50 with its set-up): model buffers in checkpoints and the hand-over are
+    # 2026-12-08 (CI 49 min of tests, past 50 with its set-up): model buffers in checkpoints and the hand-over are
     # test_killpoints' batchnorm workload's; a chain takeover and a metric to minimise are each tested alone;
     # async's second kill is the async kill points' (stateless e-replay)
     "tests/test_workloads.py::test_resnet18_checkpoints_hold_its_batchnorm_statistics",
@@ -156,7 +156,7 @@ OPEN_MPI_CRASH = "ompi_comm_revoke_local"
 # and a worker's SIGSEGV in the error handler itself (address 0x40) as a fenced replica's death reached Horovod's
 # background MPI_Allreduce (CI 2026-12-07, test_netns's hung middle replica; docs/openmpi.md, item 14)
 OPEN_MPI_CRASHES = (OPEN_MPI_CRASH, "mca_coll_ftagree_era", "ompi_errhandler_proc_failed_internal")
-# and any crash whose first frame past the signal handler lies in Open MPI's libraries: CI 2026-12-07 (stop 56),
+# and any crash whose first frame past the signal handler lies in Open MPI's libraries: CI 2026-12-07 evening,
 # test_killpoints' replacement hung in its hand-over: a replacement stuck in MPI_Init was killed and every
 # survivor died of SIGSEGV in the repair that followed, its frames cut from the log CI kept. psbench's own code
 # is Python: a SIGSEGV with Open MPI's code on top is Open MPI's
@@ -217,8 +217,8 @@ def open_mpi_crashed(out: Path) -> bool:
         return False
     if summary.get("completed"):
         return False
-    return (bool(summary.get("crashes")) and (any(c in log for c in OPEN_MPI_CRASHES) or bool(OPEN_MPI_TOP_FRAME.search(log)))
-            or OPEN_MPI_RUNTIME_CRASH in log)
+    open_mpis = any(c in log for c in OPEN_MPI_CRASHES) or bool(OPEN_MPI_TOP_FRAME.search(log))
+    return (bool(summary.get("crashes")) and open_mpis) or OPEN_MPI_RUNTIME_CRASH in log
 
 
 AGREEMENT_NAME_REUSED = "due to cycling of identifiers"

@@ -185,8 +185,8 @@ def test_the_leader_killed_between_its_respawn_announcement_and_its_header_is_fo
     # they shrink, worker1 announces it again, the others take that (Context.announce_again), and all join the
     # spawn; worker1 then leads and says Hello to the new PS (before: RespawnNow, uncaught, ended the workers)
     out, s = run_ok(tmp_path, *SYN, "--workers", "3", "--mode", "checkpoint", "--allreduce", "mpi",
-                    "--exchange", "blocking", "--duration", "12s", "--kill-ps", "3s", "--kill-worker", "point:announced",
-                    "--no-replace-workers")
+                    "--exchange", "blocking", "--duration", "12s", "--kill-ps", "3s",
+                    "--kill-worker", "point:announced", "--no-replace-workers")
     assert [(e["role"], e["point"]) for e in events(out, "killpoint")] == [("worker0", "announced")]
     assert [k["role"] for k in s["kills"]] == ["ps", "worker0"]
     respawned = {e["who"] for e in events(out, "respawned")}
